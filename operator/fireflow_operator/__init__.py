@@ -1,0 +1,1 @@
+"""The fireflow-pool operator: reconciles FireflowWorkerPool resources."""

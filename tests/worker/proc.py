@@ -1,0 +1,85 @@
+"""Run `fireflow-worker` as a real subprocess, as a container would, and watch its endpoints."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.error
+import urllib.request
+from pathlib import Path
+
+from fireflow_worker.local_postgres import free_port
+
+WORKER_BIN = str(Path(sys.executable).with_name("fireflow-worker"))
+
+
+class WorkerProcess:
+    def __init__(self, database_url: str | None, worker_id: str | None = "worker-a", **env: str) -> None:
+        self.port = free_port()
+        self.log_path = Path(tempfile.mkstemp(prefix="fireflow-worker-", suffix=".log")[1])
+        self.env = {
+            **os.environ,
+            "FIREFLOW_HEALTH_HOST": "127.0.0.1",
+            "FIREFLOW_HEALTH_PORT": str(self.port),
+            "DBOS_QUEUE_POLLING_INTERVAL_MS": "50",
+            **env,
+        }
+        if database_url is not None:
+            self.env["DATABASE_URL_EXECUTIONS"] = database_url
+        if worker_id is not None:
+            self.env["FIREFLOW_WORKER_ID"] = worker_id
+        self.process: subprocess.Popen[bytes] | None = None
+
+    def start(self, *args: str) -> WorkerProcess:
+        with self.log_path.open("ab") as log:
+            self.process = subprocess.Popen(
+                [WORKER_BIN, *args], env=self.env, stdout=log, stderr=subprocess.STDOUT
+            )
+        return self
+
+    def output(self) -> str:
+        return self.log_path.read_text(errors="replace")
+
+    def get(self, path: str) -> tuple[int, str]:
+        try:
+            with urllib.request.urlopen(f"http://127.0.0.1:{self.port}{path}", timeout=5) as response:
+                return int(response.status), response.read().decode()
+        except urllib.error.HTTPError as err:
+            return int(err.code), err.read().decode()
+
+    def wait_ready(self, timeout: float = 60) -> WorkerProcess:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            assert self.process is not None
+            if self.process.poll() is not None:
+                raise AssertionError(f"worker exited with {self.process.returncode}:\n{self.output()}")
+            try:
+                if self.get("/readyz")[0] == 200:
+                    return self
+            except OSError:
+                pass
+            time.sleep(0.1)
+        raise AssertionError(f"worker not ready after {timeout}s:\n{self.output()}")
+
+    def wait_exit(self, timeout: float = 60) -> int:
+        assert self.process is not None
+        return self.process.wait(timeout=timeout)
+
+    def terminate(self) -> None:
+        assert self.process is not None
+        self.process.send_signal(signal.SIGTERM)
+
+    def kill(self) -> None:
+        assert self.process is not None
+        self.process.kill()
+        self.process.wait()
+
+    def stop(self) -> None:
+        if self.process is not None and self.process.poll() is None:
+            self.process.kill()
+            self.process.wait()
+        self.log_path.unlink(missing_ok=True)

@@ -1,0 +1,3 @@
+"""The FireFlow worker: executes flows as durable DBOS workflows."""
+
+__version__ = "0.1.0"

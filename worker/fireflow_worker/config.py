@@ -1,0 +1,197 @@
+"""Worker configuration, read from the environment with the seed README's names and defaults.
+
+Every variable is validated at start; a bad value is one line naming the variable, what is wrong with the
+value and the accepted range, and the process exits with status 2. The database URL's password never
+appears in any message (see `redact_url`).
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from collections.abc import Mapping
+from typing import Annotated, Any, Literal
+
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    ValidationError,
+    model_validator,
+)
+
+from fireflow_worker import __version__
+from fireflow_worker.dburl import redact_url
+from fireflow_worker.queues import ALL_QUEUES
+
+LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")
+APP_NAME_PATTERN = re.compile(r"^[a-z0-9_-]{3,256}$")
+
+
+class ConfigError(Exception):
+    """A configuration value is invalid; the message is one line, safe to print."""
+
+
+def _blank_is_unset(value: Any) -> Any:
+    return None if isinstance(value, str) and value.strip() == "" else value
+
+
+def _parse_bool(value: Any) -> Any:
+    if isinstance(value, str):
+        lowered = value.strip().lower()
+        if lowered in ("true", "1", "yes", "on"):
+            return True
+        if lowered in ("false", "0", "no", "off"):
+            return False
+        raise ValueError("must be true or false")
+    return value
+
+
+def _upper_log_level(value: Any) -> Any:
+    # DBOS rejects lower-case levels; the seed's default is "info".
+    return value.strip().upper() if isinstance(value, str) else value
+
+
+def _split_queues(value: Any) -> Any:
+    if isinstance(value, str):
+        if value.strip().lower() in ("", "all"):
+            return list(ALL_QUEUES)
+        return [part.strip() for part in value.split(",") if part.strip()]
+    return value
+
+
+def _known_queues(queues: list[str]) -> list[str]:
+    unknown = [name for name in queues if name not in ALL_QUEUES]
+    if unknown:
+        raise ValueError(f"unknown queue {unknown[0]!r}; known: {', '.join(ALL_QUEUES)} or all")
+    if not queues:
+        raise ValueError(f"must name at least one of {', '.join(ALL_QUEUES)}")
+    return list(dict.fromkeys(queues))
+
+
+def _app_name(value: str) -> str:
+    if not APP_NAME_PATTERN.match(value):
+        raise ValueError("must be 3 to 256 characters of a-z, 0-9, '-' and '_'")
+    return value
+
+
+Bool = Annotated[bool, BeforeValidator(_parse_bool)]
+
+
+class WorkerConfig(BaseModel):
+    """The worker's settings; field aliases are the environment variable names."""
+
+    model_config = ConfigDict(populate_by_name=True, frozen=True, extra="ignore")
+
+    database_url: str | None = Field(None, alias="DATABASE_URL_EXECUTIONS")
+    local_mode: Bool = Field(False, alias="FIREFLOW_LOCAL_MODE")
+    local_sqlite_path: str = Field("fireflow-local.sqlite", alias="FIREFLOW_LOCAL_SQLITE_PATH")
+    application_name: Annotated[str, AfterValidator(_app_name)] = Field(
+        "fireflow", alias="DBOS_APPLICATION_NAME"
+    )
+    application_version: str = Field(
+        f"fireflow-pool-{__version__}", alias="FIREFLOW_APPLICATION_VERSION", min_length=1, max_length=128
+    )
+    worker_concurrency: int = Field(50, alias="DBOS_WORKER_CONCURRENCY", ge=1, le=10_000)
+    queue_concurrency: int = Field(0, alias="DBOS_QUEUE_CONCURRENCY", ge=0, le=1_000_000)
+    polling_interval_ms: int = Field(50, alias="DBOS_QUEUE_POLLING_INTERVAL_MS", ge=1, le=600_000)
+    pool_size: int = Field(30, alias="DBOS_SYSTEM_DATABASE_POOL_SIZE", ge=2, le=1_000)
+    worker_id: str | None = Field(None, alias="FIREFLOW_WORKER_ID", min_length=1, max_length=253)
+    run_migrations: Bool = Field(True, alias="DBOS_RUN_MIGRATIONS")
+    drain_timeout_ms: int = Field(25_000, alias="DBOS_SHUTDOWN_DRAIN_TIMEOUT_MS", ge=0, le=3_600_000)
+    log_level: Annotated[Literal["DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL"], BeforeValidator(_upper_log_level)] = (
+        Field("INFO", alias="DBOS_LOG_LEVEL")
+    )
+    provision_cache_ttl_ms: int = Field(10_000, alias="FIREFLOW_PROVISION_CACHE_TTL_MS", ge=0, le=86_400_000)
+    sandbox_concurrency: int = Field(10, alias="FIREFLOW_SANDBOX_QUEUE_CONCURRENCY", ge=1, le=10_000)
+    terminal_concurrency: int = Field(10, alias="FIREFLOW_TERMINAL_QUEUE_CONCURRENCY", ge=1, le=10_000)
+    queues: Annotated[list[str], BeforeValidator(_split_queues), AfterValidator(_known_queues)] = Field(
+        default_factory=lambda: list(ALL_QUEUES), alias="FIREFLOW_QUEUES"
+    )
+    health_host: str = Field("0.0.0.0", alias="FIREFLOW_HEALTH_HOST")  # noqa: S104 - probes reach the pod IP
+    health_port: int = Field(8080, alias="FIREFLOW_HEALTH_PORT", ge=0, le=65_535)
+
+    @model_validator(mode="after")
+    def _database_or_local(self) -> WorkerConfig:
+        if self.database_url is None and not self.local_mode:
+            raise ValueError(
+                "DATABASE_URL_EXECUTIONS is required (a postgresql:// URL); "
+                "set FIREFLOW_LOCAL_MODE=true to run on a local SQLite file instead"
+            )
+        if self.database_url is not None and not self.database_url.startswith(
+            ("postgresql://", "postgres://", "postgresql+psycopg://")
+        ):
+            raise ValueError(
+                f"DATABASE_URL_EXECUTIONS={redact_url(self.database_url)!r} must be a postgresql:// URL"
+            )
+        return self
+
+    @property
+    def system_database_url(self) -> str:
+        """The URL DBOS connects to: PostgreSQL, or SQLite only in explicit local mode."""
+        if self.database_url is not None:
+            return self.database_url
+        return f"sqlite:///{self.local_sqlite_path}"
+
+    @property
+    def executor_id(self) -> str:
+        return self.worker_id or "local"
+
+    @property
+    def background_concurrency(self) -> int:
+        return max(1, self.worker_concurrency // 2)
+
+    @property
+    def global_concurrency(self) -> int | None:
+        # DBOS raises on 0; the seed's 0 means "no cap".
+        return self.queue_concurrency or None
+
+
+def _field_hint(field_name: str) -> str:
+    """The accepted range of a field, from its constraints."""
+    info = WorkerConfig.model_fields[field_name]
+    bounds = {type(m).__name__: m for m in info.metadata}
+    ge = getattr(bounds.get("Ge"), "ge", None)
+    le = getattr(bounds.get("Le"), "le", None)
+    if ge is not None and le is not None:
+        return f"an integer from {ge} to {le}"
+    if info.annotation is bool or field_name in ("local_mode", "run_migrations"):
+        return "true or false"
+    if field_name == "log_level":
+        return "one of debug, info, warning, error, critical (any case)"
+    return ""
+
+
+def load_config(environ: Mapping[str, str] | None = None) -> WorkerConfig:
+    """Read and validate the worker's configuration; raise `ConfigError` with one printable line."""
+    env = dict(os.environ if environ is None else environ)
+    if not env.get("FIREFLOW_WORKER_ID") and env.get("DBOS__VMID"):
+        env["FIREFLOW_WORKER_ID"] = env["DBOS__VMID"]
+    if not env.get("FIREFLOW_APPLICATION_VERSION") and env.get("DBOS__APPVERSION"):
+        env["FIREFLOW_APPLICATION_VERSION"] = env["DBOS__APPVERSION"]
+    aliases = {info.alias for info in WorkerConfig.model_fields.values() if info.alias}
+    values = {name: _blank_is_unset(env[name]) for name in aliases if name in env}
+    values = {name: value for name, value in values.items() if value is not None}
+    try:
+        return WorkerConfig.model_validate(values)
+    except ValidationError as err:
+        raise ConfigError(_one_line(err, values)) from None
+
+
+def _one_line(err: ValidationError, values: Mapping[str, Any]) -> str:
+    first = err.errors(include_url=False)[0]
+    loc = first.get("loc", ())
+    if not loc:  # a model-level rule: its message already names the variables
+        return str(first["msg"]).removeprefix("Value error, ")
+    alias = str(loc[0])
+    field_name = next(
+        (name for name, info in WorkerConfig.model_fields.items() if info.alias == alias), alias
+    )
+    raw = values.get(alias, "")
+    shown = redact_url(str(raw)) if alias == "DATABASE_URL_EXECUTIONS" else str(raw)
+    problem = str(first["msg"]).removeprefix("Value error, ")
+    hint = _field_hint(field_name)
+    accepted = f"; accepted: {hint}" if hint else ""
+    return f"invalid {alias}={shown!r}: {problem}{accepted}"

@@ -1,0 +1,140 @@
+"""`fireflow-worker migrate`: plan or apply the DBOS system-schema migration, then the project's objects.
+
+DBOS sets no `lock_timeout`, so a migration queues behind any long reader and blocks every writer behind
+itself. Apply runs with a lock timeout (default 5 s) and a bounded number of retries, so it fails fast and
+says so instead. Every invocation prints one JSON line and, where the termination-log file is writable,
+writes the same line there for Kubernetes to show in the Pod's status.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+import urllib.parse
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+import psycopg
+from psycopg import errors as pg_errors
+
+from fireflow_worker import schema
+from fireflow_worker.dburl import libpq_url
+
+DEFAULT_TERMINATION_LOG = "/dev/termination-log"
+# Exit statuses of `migrate --plan`: whether a migration is needed is the answer, not an error.
+EXIT_UP_TO_DATE = 0
+EXIT_ERROR = 1
+EXIT_MIGRATION_NEEDED = 3
+
+
+def required_version() -> int:
+    """The schema version the installed DBOS requires (the count of its migrations)."""
+    from dbos._migration import get_dbos_migrations  # noqa: PLC0415 - private API of the pinned dbos
+
+    return len(get_dbos_migrations("dbos", use_listen_notify=True))
+
+
+def current_version(database_url: str) -> int:
+    """The recorded DBOS schema version; 0 when the database, schema or table does not exist yet."""
+    try:
+        conn = psycopg.connect(libpq_url(database_url), connect_timeout=10)
+    except psycopg.OperationalError as err:
+        if "does not exist" in str(err):
+            return 0
+        raise
+    with conn:
+        exists = conn.execute("SELECT to_regclass('dbos.dbos_migrations') IS NOT NULL").fetchone()
+        if not exists or not exists[0]:
+            return 0
+        row = conn.execute("SELECT version FROM dbos.dbos_migrations").fetchone()
+        return int(row[0]) if row else 0
+
+
+@dataclass
+class MigrationSummary:
+    action: str
+    current_version: int | None = None
+    required_version: int | None = None
+    migration_needed: bool | None = None
+    result: str = "ok"
+    attempts: int = 0
+    error: str | None = None
+    project_objects: str | None = None
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    def line(self) -> str:
+        data = {key: value for key, value in asdict(self).items() if value is not None and value != {}}
+        return json.dumps(data, separators=(",", ":"), sort_keys=True)
+
+
+def plan(database_url: str) -> MigrationSummary:
+    current = current_version(database_url)
+    required = required_version()
+    return MigrationSummary(
+        action="plan", current_version=current, required_version=required, migration_needed=current < required
+    )
+
+
+def with_lock_timeout(database_url: str, lock_timeout_ms: int) -> str:
+    """The URL with `lock_timeout` set for every session libpq opens with it."""
+    parts = urllib.parse.urlsplit(database_url)
+    query = urllib.parse.parse_qsl(parts.query)
+    query = [(key, value) for key, value in query if key != "options"]
+    query.append(("options", f"-c lock_timeout={lock_timeout_ms}"))
+    return urllib.parse.urlunsplit(parts._replace(query=urllib.parse.urlencode(query)))
+
+
+def _is_lock_timeout(err: BaseException) -> bool:
+    seen: BaseException | None = err
+    while seen is not None:
+        if isinstance(seen, pg_errors.LockNotAvailable) or isinstance(
+            getattr(seen, "orig", None), pg_errors.LockNotAvailable
+        ):
+            return True
+        seen = seen.__cause__ or seen.__context__
+    return False
+
+
+def apply(
+    database_url: str, *, lock_timeout_ms: int = 5000, retries: int = 3, retry_delay_seconds: float = 2.0
+) -> MigrationSummary:
+    """Migrate the DBOS schema (retrying only lock timeouts) and install the project's objects."""
+    from dbos import DBOS  # noqa: PLC0415 - the operator image imports this module without dbos
+
+    summary = plan(database_url)
+    summary.action = "apply"
+    url = with_lock_timeout(libpq_url(database_url), lock_timeout_ms)
+    for attempt in range(1, retries + 2):
+        summary.attempts = attempt
+        try:
+            if summary.migration_needed:
+                DBOS.migrate(url)
+            installed = schema.install(url)
+        except Exception as err:
+            if _is_lock_timeout(err) and attempt <= retries:
+                time.sleep(retry_delay_seconds)
+                continue
+            summary.result = "failed"
+            reason = "lock timeout" if _is_lock_timeout(err) else type(err).__name__
+            detail = " ".join(str(getattr(err, "orig", None) or err).split())
+            summary.error = f"{reason}: {detail}"[:1000]
+            break
+        summary.project_objects = "installed" if installed else "present"
+        break
+    if summary.result == "ok":
+        summary.current_version = current_version(database_url)
+        summary.migration_needed = summary.current_version < (summary.required_version or 0)
+    return summary
+
+
+def report(summary: MigrationSummary, termination_log: str | None = None) -> None:
+    """Print the summary line and, when possible, write it to the termination log."""
+    line = summary.line()
+    print(line, flush=True)
+    path = Path(termination_log or os.environ.get("FIREFLOW_TERMINATION_LOG") or DEFAULT_TERMINATION_LOG)
+    try:
+        path.write_text(line + "\n")
+    except OSError:
+        pass  # not in a container, or the file is not ours to write: stdout carries the summary

@@ -1,0 +1,77 @@
+"""The project's own database objects beside DBOS's schema: the stored-flows table and the trigger that
+announces a run's end on `ff_workflow_terminal` (DBOS itself sends no notification when a workflow ends).
+
+Installing is idempotent and cheap when already done: the worker checks the catalogue first, so a worker
+whose role may not run DDL starts fine once `fireflow-worker migrate` has installed them.
+"""
+
+from __future__ import annotations
+
+import psycopg
+
+from fireflow_worker.dburl import libpq_url
+
+TERMINAL_CHANNEL = "ff_workflow_terminal"
+TERMINAL_STATUSES = ("SUCCESS", "ERROR", "CANCELLED", "MAX_RECOVERY_ATTEMPTS_EXCEEDED")
+# Bumped whenever the objects below change, so an older installation is replaced.
+OBJECTS_VERSION = "fireflow-objects-1"
+# Serialises concurrent installers (replicas starting together).
+_INSTALL_LOCK_KEY = 0x0F1F_E0F1
+
+_STATEMENTS = (
+    "CREATE SCHEMA IF NOT EXISTS fireflow",
+    """
+    CREATE TABLE IF NOT EXISTS fireflow.flows (
+        name text PRIMARY KEY,
+        definition jsonb NOT NULL,
+        updated_at timestamptz NOT NULL DEFAULT now()
+    )
+    """,
+    f"""
+    CREATE OR REPLACE FUNCTION fireflow.notify_workflow_terminal() RETURNS trigger
+    LANGUAGE plpgsql AS $$
+    BEGIN
+        IF NEW.status IN ({", ".join(f"'{s}'" for s in TERMINAL_STATUSES)})
+           AND NEW.status IS DISTINCT FROM OLD.status THEN
+            PERFORM pg_notify('{TERMINAL_CHANNEL}',
+                json_build_object('workflow_id', NEW.workflow_uuid, 'status', NEW.status)::text);
+        END IF;
+        RETURN NEW;
+    END
+    $$
+    """,
+    """
+    CREATE OR REPLACE TRIGGER fireflow_workflow_terminal
+        AFTER UPDATE OF status ON dbos.workflow_status
+        FOR EACH ROW EXECUTE FUNCTION fireflow.notify_workflow_terminal()
+    """,
+    f"COMMENT ON TRIGGER fireflow_workflow_terminal ON dbos.workflow_status IS '{OBJECTS_VERSION}'",
+)
+
+
+def installed_version(conn: psycopg.Connection[object]) -> str | None:
+    row = conn.execute(
+        """
+        SELECT obj_description(t.oid, 'pg_trigger')
+        FROM pg_trigger t JOIN pg_class c ON c.oid = t.tgrelid JOIN pg_namespace n ON n.oid = c.relnamespace
+        WHERE n.nspname = 'dbos' AND c.relname = 'workflow_status' AND t.tgname = 'fireflow_workflow_terminal'
+        """
+    ).fetchone()
+    return None if row is None else str(row[0])
+
+
+def install(database_url: str) -> bool:
+    """Install the project's objects unless the current version is there; True when it installed them.
+
+    Needs DBOS's schema to exist (the trigger is on `dbos.workflow_status`).
+    """
+    with psycopg.connect(libpq_url(database_url), connect_timeout=10) as conn:
+        if installed_version(conn) == OBJECTS_VERSION:
+            return False
+        with conn.transaction():
+            conn.execute("SELECT pg_advisory_xact_lock(%s)", (_INSTALL_LOCK_KEY,))
+            if installed_version(conn) == OBJECTS_VERSION:
+                return False
+            for statement in _STATEMENTS:
+                conn.execute(statement)  # type: ignore[arg-type] - constant DDL built from literals
+        return True
