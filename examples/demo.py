@@ -76,8 +76,14 @@ def main() -> int:
         _say("migrating the DBOS schema: fireflow-worker migrate")
         migrate = subprocess.run(
             [str(BIN / "fireflow-worker"), "migrate"],
-            env={**os.environ, "DATABASE_URL_EXECUTIONS": database_url, "FIREFLOW_TERMINATION_LOG": str(log_dir / "migrate.json")},
-            check=False, capture_output=True, text=True,
+            env={
+                **os.environ,
+                "DATABASE_URL_EXECUTIONS": database_url,
+                "FIREFLOW_TERMINATION_LOG": str(log_dir / "migrate.json"),
+            },
+            check=False,
+            capture_output=True,
+            text=True,
         )
         print(f"  {migrate.stdout.strip()}", flush=True)
         if migrate.returncode != 0:
@@ -113,8 +119,10 @@ def main() -> int:
             _say("results")
             failed = 0
             for label, status in results.items():
-                print(f"  {label:<22} {status.status:<8} on {status.executor_id}: "
-                      f"{json.dumps(status.output if status.error is None else status.error, default=str)}")
+                print(
+                    f"  {label:<22} {status.status:<8} on {status.executor_id}: "
+                    f"{json.dumps(status.output if status.error is None else status.error, default=str)}"
+                )
                 failed += status.status != "SUCCESS"
         return 1 if failed else 0
     finally:

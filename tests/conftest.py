@@ -12,7 +12,6 @@ import uuid
 from collections.abc import Iterator
 
 import pytest
-
 from fireflow_worker.local_postgres import LocalPostgres
 
 

@@ -15,6 +15,8 @@ from pathlib import Path
 from fireflow_worker.local_postgres import free_port
 
 WORKER_BIN = str(Path(sys.executable).with_name("fireflow-worker"))
+# The repository root, so workers can import the test-only callables of the `python` node.
+REPO_ROOT = str(Path(__file__).resolve().parents[2])
 
 
 class WorkerProcess:
@@ -26,6 +28,7 @@ class WorkerProcess:
             "FIREFLOW_HEALTH_HOST": "127.0.0.1",
             "FIREFLOW_HEALTH_PORT": str(self.port),
             "DBOS_QUEUE_POLLING_INTERVAL_MS": "50",
+            "PYTHONPATH": REPO_ROOT,
             **env,
         }
         if database_url is not None:
@@ -36,9 +39,7 @@ class WorkerProcess:
 
     def start(self, *args: str) -> WorkerProcess:
         with self.log_path.open("ab") as log:
-            self.process = subprocess.Popen(
-                [WORKER_BIN, *args], env=self.env, stdout=log, stderr=subprocess.STDOUT
-            )
+            self.process = subprocess.Popen([WORKER_BIN, *args], env=self.env, stdout=log, stderr=subprocess.STDOUT)
         return self
 
     def output(self) -> str:

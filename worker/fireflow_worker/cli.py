@@ -32,10 +32,14 @@ def worker_main(argv: Sequence[str] | None = None) -> int:
     sub.add_parser("run", help="run the worker (the default)")
     mig = sub.add_parser("migrate", help="plan or apply the DBOS schema migration")
     mig.add_argument("--plan", action="store_true", help="print current/required versions; exit 3 if behind")
-    mig.add_argument("--lock-timeout-ms", type=int, default=int(os.environ.get("FIREFLOW_MIGRATION_LOCK_TIMEOUT_MS", 5000)))
-    mig.add_argument("--retries", type=int, default=int(os.environ.get("FIREFLOW_MIGRATION_RETRIES", 3)))
+    mig.add_argument(
+        "--lock-timeout-ms", type=int, default=int(os.environ.get("FIREFLOW_MIGRATION_LOCK_TIMEOUT_MS", "5000"))
+    )
+    mig.add_argument("--retries", type=int, default=int(os.environ.get("FIREFLOW_MIGRATION_RETRIES", "3")))
     mig.add_argument("--retry-delay-seconds", type=float, default=2.0)
-    mig.add_argument("--termination-log", default=None, help="default: $FIREFLOW_TERMINATION_LOG or /dev/termination-log")
+    mig.add_argument(
+        "--termination-log", default=None, help="default: $FIREFLOW_TERMINATION_LOG or /dev/termination-log"
+    )
     args = parser.parse_args(argv)
     try:
         config = load_config()
@@ -65,9 +69,10 @@ def _migrate(args: argparse.Namespace, database_url: str | None) -> int:
                 retries=args.retries,
                 retry_delay_seconds=args.retry_delay_seconds,
             )
-    except Exception as err:  # noqa: BLE001 - one summary line whatever went wrong
+    except Exception as err:
         summary = migrate.MigrationSummary(
-            action="plan" if args.plan else "apply", result="failed",
+            action="plan" if args.plan else "apply",
+            result="failed",
             error=redact_url(" ".join(str(err).split()))[:1000],
         )
     migrate.report(summary, args.termination_log)
@@ -142,7 +147,7 @@ def _follow(client: Any, run_id: str) -> int:
         print(json.dumps(event, sort_keys=True), flush=True)
     try:
         result = client.result(run_id)
-    except Exception as err:  # noqa: BLE001 - the run's own error, reported as such
+    except Exception as err:
         print(f"run {run_id} failed: {err}", flush=True)
         return 1
     print(json.dumps({"run_id": run_id, "result": result}, sort_keys=True, default=str), flush=True)

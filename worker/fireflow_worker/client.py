@@ -12,21 +12,21 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import yaml
 from dbos import DBOSClient
 
 from fireflow_worker import queues
 from fireflow_worker.engine import EVENTS_STREAM, WORKFLOW_NAME
 from fireflow_worker.flow_store import FlowNotFoundError, load_flow_definition, save_flow
+from fireflow_worker.flows.document import DocumentError, parse_text
 from fireflow_worker.flows.validate import FlowValidationError, load_flow, validate_run_inputs
 
 
 def read_flow_file(path: str | Path) -> dict[str, Any]:
     """Parse a YAML or JSON flow file into its definition (validated later, as a whole)."""
     try:
-        data = yaml.safe_load(Path(path).read_text())
-    except yaml.YAMLError as err:
-        raise FlowValidationError([f"{path}: not valid YAML/JSON: {' '.join(str(err).split())}"]) from None
+        data = parse_text(Path(path).read_text())
+    except DocumentError as err:
+        raise FlowValidationError([f"{path}: {err}"]) from None
     if not isinstance(data, dict):
         raise FlowValidationError([f"{path}: a flow must be a mapping, got {type(data).__name__}"])
     return data
@@ -95,7 +95,7 @@ class FireflowClient:
             request["flow_ref"] = flow_ref
         else:
             request["flow"] = flow
-        handle = self._dbos.enqueue(
+        handle: Any = self._dbos.enqueue(
             {"queue_name": queue, "workflow_name": WORKFLOW_NAME, "workflow_id": run_id or str(uuid.uuid4())},
             request,
         )

@@ -88,9 +88,7 @@ class WorkerConfig(BaseModel):
     database_url: str | None = Field(None, alias="DATABASE_URL_EXECUTIONS")
     local_mode: Bool = Field(False, alias="FIREFLOW_LOCAL_MODE")
     local_sqlite_path: str = Field("fireflow-local.sqlite", alias="FIREFLOW_LOCAL_SQLITE_PATH")
-    application_name: Annotated[str, AfterValidator(_app_name)] = Field(
-        "fireflow", alias="DBOS_APPLICATION_NAME"
-    )
+    application_name: Annotated[str, AfterValidator(_app_name)] = Field("fireflow", alias="DBOS_APPLICATION_NAME")
     application_version: str = Field(
         f"fireflow-pool-{__version__}", alias="FIREFLOW_APPLICATION_VERSION", min_length=1, max_length=128
     )
@@ -101,9 +99,9 @@ class WorkerConfig(BaseModel):
     worker_id: str | None = Field(None, alias="FIREFLOW_WORKER_ID", min_length=1, max_length=253)
     run_migrations: Bool = Field(True, alias="DBOS_RUN_MIGRATIONS")
     drain_timeout_ms: int = Field(25_000, alias="DBOS_SHUTDOWN_DRAIN_TIMEOUT_MS", ge=0, le=3_600_000)
-    log_level: Annotated[Literal["DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL"], BeforeValidator(_upper_log_level)] = (
-        Field("INFO", alias="DBOS_LOG_LEVEL")
-    )
+    log_level: Annotated[
+        Literal["DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL"], BeforeValidator(_upper_log_level)
+    ] = Field("INFO", alias="DBOS_LOG_LEVEL")
     provision_cache_ttl_ms: int = Field(10_000, alias="FIREFLOW_PROVISION_CACHE_TTL_MS", ge=0, le=86_400_000)
     sandbox_concurrency: int = Field(10, alias="FIREFLOW_SANDBOX_QUEUE_CONCURRENCY", ge=1, le=10_000)
     terminal_concurrency: int = Field(10, alias="FIREFLOW_TERMINAL_QUEUE_CONCURRENCY", ge=1, le=10_000)
@@ -123,9 +121,7 @@ class WorkerConfig(BaseModel):
         if self.database_url is not None and not self.database_url.startswith(
             ("postgresql://", "postgres://", "postgresql+psycopg://")
         ):
-            raise ValueError(
-                f"DATABASE_URL_EXECUTIONS={redact_url(self.database_url)!r} must be a postgresql:// URL"
-            )
+            raise ValueError(f"DATABASE_URL_EXECUTIONS={redact_url(self.database_url)!r} must be a postgresql:// URL")
         return self
 
     @property
@@ -186,9 +182,7 @@ def _one_line(err: ValidationError, values: Mapping[str, Any]) -> str:
     if not loc:  # a model-level rule: its message already names the variables
         return str(first["msg"]).removeprefix("Value error, ")
     alias = str(loc[0])
-    field_name = next(
-        (name for name, info in WorkerConfig.model_fields.items() if info.alias == alias), alias
-    )
+    field_name = next((name for name, info in WorkerConfig.model_fields.items() if info.alias == alias), alias)
     raw = values.get(alias, "")
     shown = redact_url(str(raw)) if alias == "DATABASE_URL_EXECUTIONS" else str(raw)
     problem = str(first["msg"]).removeprefix("Value error, ")

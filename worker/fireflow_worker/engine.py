@@ -22,10 +22,11 @@ from dbos import DBOS, StepOptions
 
 from fireflow_worker import metrics
 from fireflow_worker.flow_store import ProvisionCache
-from fireflow_worker.flows.graph import dependencies, resolve_params, terminal_nodes, topological_layers
+from fireflow_worker.flows.graph import dependencies, output_nodes, resolve_params, topological_layers
 from fireflow_worker.flows.model import Flow
-from fireflow_worker.flows.registry import NodeContext, get_node_type
-from fireflow_worker.flows.validate import load_flow
+from fireflow_worker.flows.nodetype import NodeContext, NodeError, parse_params, retry_policy, run_node
+from fireflow_worker.flows.registry import default_registry
+from fireflow_worker.flows.validate import FlowValidationError, load_flow, validate_run_inputs
 
 WORKFLOW_NAME = "fireflow.run_flow"
 EVENTS_STREAM = "events"
@@ -45,6 +46,8 @@ class EngineSettings:
 
     provision_cache: ProvisionCache | None = None
     active_runs: set[str] = field(default_factory=set)
+    # Runs whose execution here was cut short by shutdown: they stay PENDING for recovery.
+    interrupted_runs: set[str] = field(default_factory=set)
 
 
 SETTINGS = EngineSettings()
@@ -54,46 +57,63 @@ def _now_ms() -> int:
     return int(time.time() * 1000)
 
 
-class _StepNodeContext(NodeContext):
-    """The context a node sees inside its step; durable sleep is deferred to the workflow."""
+class _DeferredSleep:
+    """Collects a durable node's sleep requests inside its step; the workflow sleeps them afterwards."""
 
-    def __init__(self, run_id: str, node_id: str, attempt: int) -> None:
-        super().__init__(run_id=run_id, node_id=node_id, attempt=attempt)
-        self.deferred_sleep_seconds = 0.0
+    def __init__(self) -> None:
+        self.seconds = 0.0
 
-    def sleep(self, seconds: float) -> None:
-        self.deferred_sleep_seconds += max(0.0, seconds)
+    def __call__(self, seconds: float) -> None:
+        self.seconds += max(0.0, seconds)
+
+
+def _should_retry(err: BaseException) -> bool:
+    """Failures another attempt cannot fix (bad params, missing references) are not retried."""
+    return not (isinstance(err, NodeError) and not err.retryable)
 
 
 def _run_node_step(run_id: str, node_id: str, node_type_name: str, params: dict[str, Any]) -> dict[str, Any]:
     """The body of one node's step: events around one attempt of the node."""
     status = DBOS.step_status
     attempt = 1 + (status.current_attempt or 0) if status is not None else 1
-    node_type = get_node_type(node_type_name)
+    node_type = default_registry().get(node_type_name)
     started = time.monotonic()
     DBOS.write_stream(
         EVENTS_STREAM,
         {"event": "node.started", "node": node_id, "type": node_type_name, "attempt": attempt, "at_ms": _now_ms()},
     )
-    ctx = _StepNodeContext(run_id, node_id, attempt)
+    deferred_sleep = _DeferredSleep()
+    ctx = NodeContext(run_id=run_id, node_id=node_id, sleeper=deferred_sleep, attempt=attempt)
     try:
-        output = node_type.run(node_type.Params.model_validate(params), ctx)
+        output = run_node(node_type, parse_params(node_type, params), ctx)
     except Exception as err:
         elapsed = time.monotonic() - started
         metrics.NODE_DURATION.labels(node_type_name, "failed").observe(elapsed)
         DBOS.write_stream(
             EVENTS_STREAM,
-            {"event": "node.failed", "node": node_id, "attempt": attempt, "error": str(err) or type(err).__name__,
-             "duration_ms": round(elapsed * 1000, 3), "at_ms": _now_ms()},
+            {
+                "event": "node.failed",
+                "node": node_id,
+                "attempt": attempt,
+                "error": str(err) or type(err).__name__,
+                "duration_ms": round(elapsed * 1000, 3),
+                "at_ms": _now_ms(),
+            },
         )
         raise
     elapsed = time.monotonic() - started
     metrics.NODE_DURATION.labels(node_type_name, "succeeded").observe(elapsed)
-    wake_at_ms = _now_ms() + int(ctx.deferred_sleep_seconds * 1000) if ctx.deferred_sleep_seconds else None
+    wake_at_ms = _now_ms() + int(deferred_sleep.seconds * 1000) if deferred_sleep.seconds else None
     DBOS.write_stream(
         EVENTS_STREAM,
-        {"event": "node.finished", "node": node_id, "attempt": attempt, "duration_ms": round(elapsed * 1000, 3),
-         "at_ms": _now_ms(), **({"sleep_until_ms": wake_at_ms} if wake_at_ms else {})},
+        {
+            "event": "node.finished",
+            "node": node_id,
+            "attempt": attempt,
+            "duration_ms": round(elapsed * 1000, 3),
+            "at_ms": _now_ms(),
+            **({"sleep_until_ms": wake_at_ms} if wake_at_ms else {}),
+        },
     )
     return {"output": output, "wake_at_ms": wake_at_ms}
 
@@ -128,21 +148,19 @@ async def _execute(flow: Flow, inputs: dict[str, Any], run_id: str) -> dict[str,
             done[node_id].set_exception(_UpstreamFailedError(node_id))
             return
         spec = flow.nodes[node_id]
-        node_type = get_node_type(spec.type)
-        retry = spec.retry or node_type.retry
+        retry = retry_policy(default_registry().get(spec.type), spec)
         options: StepOptions = {
             "name": f"node:{node_id}",
             "retries_allowed": retry.max_attempts > 1,
             "max_attempts": retry.max_attempts,
             "interval_seconds": retry.interval_seconds,
             "backoff_rate": retry.backoff_rate,
+            "should_retry": _should_retry,
         }
-        params = resolve_params(spec.params, inputs, outputs)
         try:
-            result = await reservations[node_id].run_async(
-                options, _run_node_step, run_id, node_id, spec.type, params
-            )
-        except Exception as err:  # noqa: BLE001 - any node failure ends the run with its message
+            params = resolve_params(spec.params, inputs, outputs)
+            result = await reservations[node_id].run_async(options, _run_node_step, run_id, node_id, spec.type, params)
+        except Exception as err:
             done[node_id].set_exception(RunFailedError(f"node {node_id!r} failed: {err}"))
             return
         if result["wake_at_ms"]:
@@ -154,8 +172,7 @@ async def _execute(flow: Flow, inputs: dict[str, Any], run_id: str) -> dict[str,
     first_failure = next((err for err in failures if isinstance(err, RunFailedError)), None)
     if first_failure is not None:
         raise first_failure
-    wanted = flow.outputs or terminal_nodes(flow)
-    return {node_id: done[node_id].result() for node_id in wanted}
+    return {node_id: done[node_id].result() for node_id in output_nodes(flow)}
 
 
 @DBOS.workflow(name=WORKFLOW_NAME)
@@ -170,19 +187,23 @@ async def run_flow(request: dict[str, Any]) -> dict[str, Any]:
     try:
         definition = await DBOS.run_step_async({"name": "provision"}, _provision, request)
         flow = load_flow(definition)
-        await DBOS.write_stream_async(
-            EVENTS_STREAM, {"event": "run.started", "flow": flow.name, "at_ms": _now_ms()}
-        )
+        await DBOS.write_stream_async(EVENTS_STREAM, {"event": "run.started", "flow": flow.name, "at_ms": _now_ms()})
         try:
-            result = await _execute(flow, dict(request.get("inputs") or {}), run_id)
+            # Enqueuers other than this package's client (the API, Flame Chorus) may not have checked inputs.
+            try:
+                inputs = validate_run_inputs(flow, request.get("inputs"))
+            except FlowValidationError as err:
+                raise RunFailedError(f"invalid run inputs: {err}") from None
+            result = await _execute(flow, inputs, run_id)
         except RunFailedError as err:
-            await DBOS.write_stream_async(
-                EVENTS_STREAM, {"event": "run.failed", "error": str(err), "at_ms": _now_ms()}
-            )
+            await DBOS.write_stream_async(EVENTS_STREAM, {"event": "run.failed", "error": str(err), "at_ms": _now_ms()})
             await DBOS.close_stream_async(EVENTS_STREAM)
             raise
         await DBOS.write_stream_async(EVENTS_STREAM, {"event": "run.finished", "at_ms": _now_ms()})
         await DBOS.close_stream_async(EVENTS_STREAM)
+    except asyncio.CancelledError:
+        SETTINGS.interrupted_runs.add(run_id)  # shutdown: not an outcome, the run is recovered later
+        raise
     except BaseException:
         metrics.RUNS_FAILED.labels(queue).inc()
         raise

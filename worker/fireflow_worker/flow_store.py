@@ -13,7 +13,7 @@ from collections.abc import Callable
 from typing import Any
 
 import psycopg
-from psycopg.types.json import Jsonb
+from psycopg.types.json import Json
 
 from fireflow_worker import metrics
 from fireflow_worker.dburl import libpq_url
@@ -31,7 +31,7 @@ def save_flow(database_url: str, name: str, definition: dict[str, Any]) -> None:
             INSERT INTO fireflow.flows (name, definition) VALUES (%s, %s)
             ON CONFLICT (name) DO UPDATE SET definition = EXCLUDED.definition, updated_at = now()
             """,
-            (name, Jsonb(definition)),
+            (name, Json(definition)),
         )
 
 

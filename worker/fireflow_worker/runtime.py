@@ -65,12 +65,7 @@ def register_queues(config: WorkerConfig) -> None:
                 polling_interval_sec=polling,
             )
         except Exception as err:
-            if "already registered by application" in str(err):
-                raise StartupError(
-                    f"{err} Every worker on one database must use the same DBOS_APPLICATION_NAME "
-                    f"(this worker has {config.application_name!r})."
-                ) from None
-            raise
+            raise StartupError(_explain(err, config)) from None
 
 
 class QueueDepthSampler(threading.Thread):
@@ -96,7 +91,7 @@ class QueueDepthSampler(threading.Thread):
             try:
                 with engine_.connect() as conn:
                     counts = {(row[0], row[1]): int(row[2]) for row in conn.execute(query)}
-            except Exception:  # noqa: BLE001 - a failed sample must not end the thread
+            except Exception:
                 metrics.QUEUE_DEPTH_SAMPLE_ERRORS.inc()
             else:
                 for name in self._served:
@@ -107,9 +102,7 @@ class QueueDepthSampler(threading.Thread):
 
 
 def configure_logging(level: str) -> None:
-    logging.basicConfig(
-        level=level, stream=sys.stderr, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
-    )
+    logging.basicConfig(level=level, stream=sys.stderr, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
 
 
 def run_worker(config: WorkerConfig) -> int:
@@ -135,13 +128,17 @@ def run_worker(config: WorkerConfig) -> int:
     signal.signal(signal.SIGINT, on_signal)
     log.info(
         "starting worker %s (app %s, version %s) on %s, queues %s, health on port %d",
-        config.executor_id, config.application_name, config.application_version,
-        redact_url(config.system_database_url), ",".join(config.queues), server.port,
+        config.executor_id,
+        config.application_name,
+        config.application_version,
+        redact_url(config.system_database_url),
+        ",".join(config.queues),
+        server.port,
     )
     try:
         dbos = _launch(config)
     except StartupError as err:
-        log.error("cannot start: %s", err)  # noqa: TRY400 - one line, no traceback, by design
+        log.error("cannot start: %s", err)
         server.stop()
         return 1
     sampler = QueueDepthSampler(dbos, config.queues)
@@ -155,7 +152,7 @@ def run_worker(config: WorkerConfig) -> int:
     active = len(engine.SETTINGS.active_runs)
     log.info("draining: %d run(s) active, waiting up to %d s", active, drain_seconds)
     DBOS.destroy(workflow_completion_timeout_sec=drain_seconds)
-    left = len(engine.SETTINGS.active_runs)
+    left = len(engine.SETTINGS.active_runs | engine.SETTINGS.interrupted_runs)
     if left:
         log.info("%d run(s) still running stay PENDING for recovery under executor %s", left, config.executor_id)
     log.info("stopped")
@@ -180,7 +177,7 @@ def _launch(config: WorkerConfig) -> DBOS:
     try:
         DBOS.launch()
     except Exception as err:
-        raise StartupError(_one_line(err)) from None
+        raise StartupError(_explain(err, config)) from None
     if config.database_url is not None:
         try:
             schema.install(config.database_url)
@@ -193,3 +190,14 @@ def _launch(config: WorkerConfig) -> DBOS:
 def _one_line(err: BaseException) -> str:
     text: Any = str(err) or type(err).__name__
     return " ".join(str(text).split())
+
+
+def _explain(err: BaseException, config: WorkerConfig) -> str:
+    """DBOS's message, led by what to do when it is the two-application-names mistake."""
+    message = _one_line(err)
+    if "already registered by application" in message:
+        return (
+            f"another application already uses this database; every worker on one database must use the same "
+            f"DBOS_APPLICATION_NAME (this worker has {config.application_name!r}). DBOS: {message}"
+        )
+    return message

@@ -7,6 +7,8 @@ whose role may not run DDL starts fine once `fireflow-worker migrate` has instal
 
 from __future__ import annotations
 
+from typing import Any
+
 import psycopg
 
 from fireflow_worker.dburl import libpq_url
@@ -23,7 +25,7 @@ _STATEMENTS = (
     """
     CREATE TABLE IF NOT EXISTS fireflow.flows (
         name text PRIMARY KEY,
-        definition jsonb NOT NULL,
+        definition json NOT NULL,  -- json, not jsonb: node order is meaningful and jsonb drops it
         updated_at timestamptz NOT NULL DEFAULT now()
     )
     """,
@@ -49,7 +51,7 @@ _STATEMENTS = (
 )
 
 
-def installed_version(conn: psycopg.Connection[object]) -> str | None:
+def installed_version(conn: psycopg.Connection[Any]) -> str | None:
     row = conn.execute(
         """
         SELECT obj_description(t.oid, 'pg_trigger')
@@ -73,5 +75,5 @@ def install(database_url: str) -> bool:
             if installed_version(conn) == OBJECTS_VERSION:
                 return False
             for statement in _STATEMENTS:
-                conn.execute(statement)  # type: ignore[arg-type] - constant DDL built from literals
+                conn.execute(statement)
         return True

@@ -1,0 +1,98 @@
+"""The dependency graph: dependencies from references and `after`, layers, terminal nodes, cycles."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from fireflow_worker.flows.graph import (
+    dependencies,
+    dependents,
+    find_cycles,
+    output_nodes,
+    terminal_nodes,
+    topological_layers,
+)
+from fireflow_worker.flows.model import Flow
+
+
+def flow(nodes: dict[str, Any], outputs: list[str] | None = None) -> Flow:
+    # Built straight from the model: these helpers must work on any structurally valid Flow.
+    return Flow.model_validate({"name": "g", "nodes": nodes, "outputs": outputs})
+
+
+def t(template: str = "x", after: list[str] | None = None) -> dict[str, Any]:
+    return {"type": "template", "params": {"template": template}, "after": after or []}
+
+
+DIAMOND = {
+    "src": t(),
+    "left": t("${nodes.src}"),
+    "right": {"type": "transform", "params": {"value": {"deep": ["${nodes.src.a.0}"]}}},
+    "join": t("${nodes.left} ${nodes.right}"),
+    "audit": t(after=["src"]),
+}
+
+
+def test_should_depend_on_referenced_nodes_and_on_after() -> None:
+    assert dependencies(flow(DIAMOND)) == {
+        "src": set(),
+        "left": {"src"},
+        "right": {"src"},
+        "join": {"left", "right"},
+        "audit": {"src"},
+    }
+
+
+def test_should_ignore_input_references_and_escaped_text_when_finding_dependencies() -> None:
+    f = flow({"a": t("${inputs.x} $${nodes.b}"), "b": t()})
+    assert dependencies(f) == {"a": set(), "b": set()}
+
+
+def test_should_list_dependents() -> None:
+    assert dependents(flow(DIAMOND))["src"] == {"left", "right", "audit"}
+
+
+def test_should_group_independent_nodes_into_layers_in_declaration_order() -> None:
+    assert topological_layers(flow(DIAMOND)) == [["src"], ["left", "right", "audit"], ["join"]]
+
+
+def test_should_place_a_node_after_its_deepest_dependency() -> None:
+    f = flow({"late": t("${nodes.b} ${nodes.a}"), "a": t(), "b": t("${nodes.a}")})
+    assert topological_layers(f) == [["a"], ["b"], ["late"]]
+
+
+def test_should_refuse_to_layer_a_flow_with_a_cycle() -> None:
+    with pytest.raises(ValueError, match="cycle"):
+        topological_layers(flow({"a": t("${nodes.b}"), "b": t("${nodes.a}")}))
+
+
+def test_should_find_terminal_nodes_when_nothing_depends_on_them() -> None:
+    assert terminal_nodes(flow(DIAMOND)) == ["join", "audit"]
+
+
+def test_should_use_declared_outputs_over_terminal_nodes() -> None:
+    assert output_nodes(flow(DIAMOND)) == ["join", "audit"]
+    assert output_nodes(flow(DIAMOND, outputs=["left", "src"])) == ["left", "src"]
+
+
+@pytest.mark.parametrize(
+    ("deps", "cycles"),
+    [
+        ({"a": set(), "b": {"a"}}, []),
+        ({"a": {"a"}}, [["a", "a"]]),
+        ({"a": {"b"}, "b": {"a"}}, [["a", "b", "a"]]),
+        ({"x": set(), "a": {"c"}, "b": {"a"}, "c": {"b"}}, [["a", "c", "b", "a"]]),
+        ({"a": {"b", "c"}, "b": {"a"}, "c": {"a"}}, [["a", "b", "a"], ["a", "c", "a"]]),
+        ({"a": {"ghost"}}, []),
+    ],
+)
+def test_should_name_each_cycle_path_once(deps: dict[str, set[str]], cycles: list[list[str]]) -> None:
+    assert find_cycles(deps) == cycles
+
+
+def test_should_find_a_cycle_in_a_long_chain_without_recursion() -> None:
+    size = 5000
+    deps = {f"n{i}": {f"n{i + 1}"} for i in range(size - 1)} | {f"n{size - 1}": {"n0"}}
+    (cycle,) = find_cycles(deps)
+    assert len(cycle) == size + 1

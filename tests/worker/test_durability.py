@@ -1,0 +1,115 @@
+"""Crashes, drains and sharing the work: what makes a run durable, with real worker processes."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import psycopg
+from fireflow_worker.client import FireflowClient
+
+from tests.worker import flows
+from tests.worker.proc import WorkerProcess
+
+StartWorker = Callable[..., WorkerProcess]
+
+
+def _wait_for(predicate: Callable[[], bool], timeout: float = 60, what: str = "condition") -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if predicate():
+            return
+        time.sleep(0.05)
+    raise AssertionError(f"timed out waiting for {what}")
+
+
+def _row(url: str, run_id: str) -> tuple[str, str]:
+    with psycopg.connect(url) as conn:
+        row = conn.execute(
+            "SELECT status, executor_id FROM dbos.workflow_status WHERE workflow_uuid = %s", (run_id,)
+        ).fetchone()
+    assert row is not None
+    return str(row[0]), str(row[1])
+
+
+def _checkpointed(url: str, run_id: str, step_name: str) -> bool:
+    with psycopg.connect(url) as conn:
+        row = conn.execute(
+            "SELECT count(*) FROM dbos.operation_outputs WHERE workflow_uuid = %s AND function_name = %s",
+            (run_id, step_name),
+        ).fetchone()
+    return bool(row and row[0])
+
+
+def test_should_finish_the_run_without_repeating_finished_nodes_when_killed_mid_flow(
+    client: FireflowClient, start_worker: StartWorker, migrated_url: str, tmp_path: Path
+) -> None:
+    trace = tmp_path / "trace.txt"
+    worker = start_worker("worker-a")
+    run_id = client.enqueue(flows.side_effect_flow(str(trace), sleep_seconds=2.5))
+    _wait_for(lambda: _checkpointed(migrated_url, run_id, "node:first"), what="the first node's checkpoint")
+    worker.kill()  # SIGKILL: no drain, no cleanup; the run is left PENDING mid-sleep
+    assert _row(migrated_url, run_id) == ("PENDING", "worker-a")
+
+    start_worker("worker-a")  # same id: launch recovers what this executor left PENDING
+    assert client.result(run_id) == {"last": {"recorded": "last"}}
+    assert trace.read_text().splitlines() == ["first", "last"]
+    events = list(client.events(run_id))
+    assert [e["event"] for e in events].count("run.started") == 1  # from the workflow: recorded once
+    finished = [e["node"] for e in events if e["event"] == "node.finished"]
+    assert set(finished) == {"first", "nap", "last"}
+    # A step checkpointed before the crash is never run again; one interrupted mid-step may repeat its events.
+    assert finished.count("first") == 1
+    assert events[-1]["event"] == "run.finished"
+
+
+def test_should_let_a_second_worker_take_queued_runs_while_the_first_is_busy(
+    client: FireflowClient, start_worker: StartWorker, migrated_url: str
+) -> None:
+    start_worker("worker-a", DBOS_WORKER_CONCURRENCY="1")
+    first = client.enqueue(flows.sleep_flow(3))
+    _wait_for(lambda: _row(migrated_url, first)[0] == "PENDING", what="worker-a to claim the first run")
+    second = client.enqueue(flows.sleep_flow(0.1))
+    time.sleep(0.5)  # worker-a polls meanwhile but, at concurrency 1, must leave the second run queued
+    assert _row(migrated_url, second)[0] == "ENQUEUED"
+    start_worker("worker-b", DBOS_WORKER_CONCURRENCY="1")
+    client.result(second)
+    client.result(first)
+    assert _row(migrated_url, first)[1] == "worker-a"
+    assert _row(migrated_url, second)[1] == "worker-b"
+
+
+def test_should_finish_short_runs_and_leave_long_ones_pending_when_sigterm_drains(
+    client: FireflowClient, start_worker: StartWorker, migrated_url: str
+) -> None:
+    worker = start_worker("worker-a", DBOS_SHUTDOWN_DRAIN_TIMEOUT_MS="3000")
+    short = client.enqueue(flows.sleep_flow(1, name="short"))
+    long = client.enqueue(flows.sleep_flow(8, name="long"))
+    _wait_for(
+        lambda: _row(migrated_url, short)[0] == "PENDING" and _row(migrated_url, long)[0] == "PENDING",
+        what="both runs to start",
+    )
+    worker.terminate()
+    _wait_for(lambda: worker.get("/readyz")[0] == 503, what="readiness to drop")
+    assert worker.wait_exit(timeout=30) == 0
+    assert _row(migrated_url, short)[0] == "SUCCESS"
+    assert _row(migrated_url, long) == ("PENDING", "worker-a")
+    assert "stay PENDING for recovery under executor worker-a" in worker.output()
+
+    start_worker("worker-a")
+    assert client.result(long) == {"nap": {"slept_seconds": 8}}
+
+
+def test_should_not_claim_new_runs_once_sigterm_arrived(
+    client: FireflowClient, start_worker: StartWorker, migrated_url: str
+) -> None:
+    worker = start_worker("worker-a", DBOS_SHUTDOWN_DRAIN_TIMEOUT_MS="4000")
+    busy = client.enqueue(flows.sleep_flow(2.5))
+    _wait_for(lambda: _row(migrated_url, busy)[0] == "PENDING", what="the run to start")
+    worker.terminate()
+    _wait_for(lambda: worker.get("/readyz")[0] == 503, what="readiness to drop")
+    late = client.enqueue(flows.sleep_flow(0))
+    assert worker.wait_exit(timeout=30) == 0
+    assert _row(migrated_url, busy)[0] == "SUCCESS"
+    assert _row(migrated_url, late)[0] == "ENQUEUED"

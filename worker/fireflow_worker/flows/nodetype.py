@@ -1,0 +1,97 @@
+"""The node-type interface: what a built-in or plugin node type implements, and how the engine calls it."""
+
+from __future__ import annotations
+
+import json
+from abc import ABC, abstractmethod
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any, ClassVar, Generic, TypeVar
+
+from pydantic import BaseModel, ValidationError
+
+from fireflow_worker.flows.model import NodeSpec, RetryPolicy
+
+
+class NodeError(Exception):
+    """A node failed; `message` is what the engine records.
+
+    `retryable=False` marks failures that another attempt cannot fix (bad params, a missing reference),
+    so an engine that checks before its retrying step can fail the node at once.
+    """
+
+    def __init__(self, message: str, *, retryable: bool = True) -> None:
+        super().__init__(message)
+        self.message = message
+        self.retryable = retryable
+
+
+@dataclass(frozen=True)
+class NodeContext:
+    """What a running node may know and do, provided by the engine."""
+
+    run_id: str
+    node_id: str
+    # The engine's durable sleep (DBOS.sleep in a workflow); time.sleep outside one.
+    sleeper: Callable[[float], None]
+    # 1-based; 1 when the engine cannot tell.
+    attempt: int = 1
+
+    def sleep(self, seconds: float) -> None:
+        self.sleeper(seconds)
+
+
+P = TypeVar("P", bound=BaseModel)
+
+
+class NodeType(ABC, Generic[P]):
+    """A kind of node. Subclasses set the class attributes and implement `run`.
+
+    Instances are created per run with no arguments and hold no state.
+    """
+
+    # Unique across the registry; what a flow's `type:` names.
+    name: ClassVar[str]
+    # The pydantic model that params are validated against; should be P and should forbid extra fields.
+    Params: ClassVar[type[BaseModel]]
+    # Used when the flow does not give the node its own `retry`.
+    retry: ClassVar[RetryPolicy] = RetryPolicy()
+    # True: run in the workflow itself (it calls ctx.sleep), not as one retried step.
+    durable: ClassVar[bool] = False
+
+    @abstractmethod
+    def run(self, params: P, ctx: NodeContext) -> Any:
+        """Do the work and return a JSON-serialisable output; raise NodeError on failure."""
+
+
+AnyNodeType = type[NodeType[Any]]
+
+
+def parse_params(node_type: AnyNodeType, params: Mapping[str, Any]) -> BaseModel:
+    """Validate resolved params (no references left) against the node type's Params model."""
+    try:
+        return node_type.Params.model_validate(dict(params))
+    except ValidationError as exc:
+        details = "; ".join(
+            f"params.{'.'.join(str(part) for part in error['loc'])}: {error['msg']}" for error in exc.errors()
+        )
+        raise NodeError(f"bad params for node type {node_type.name!r}: {details}", retryable=False) from exc
+
+
+def run_node(node_type: AnyNodeType, params: BaseModel, ctx: NodeContext) -> Any:
+    """Run one node and check that its output can be recorded as JSON.
+
+    Exceptions other than NodeError pass through unchanged: in a durable node they may be the engine's
+    own control flow (a cancelled workflow), which must not be turned into a node failure here.
+    """
+    output = node_type().run(params, ctx)
+    try:
+        json.dumps(output, allow_nan=False)
+    except (TypeError, ValueError) as exc:
+        raise NodeError(f"output of node type {node_type.name!r} is not JSON: {exc}", retryable=False) from exc
+    return output
+
+
+def retry_policy(node_type: AnyNodeType, node: NodeSpec) -> RetryPolicy:
+    """The node's own policy when the flow gives one, else its type's default."""
+    return node.retry if node.retry is not None else node_type.retry

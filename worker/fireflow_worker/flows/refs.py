@@ -1,0 +1,161 @@
+"""References inside node params: `${inputs.NAME.path}`, `${nodes.ID.path}`, and `$${` for a literal `${`.
+
+A string that is exactly one reference becomes the referenced value, keeping its JSON type; a reference
+inside a longer string is interpolated as text (strings as they are, anything else as JSON).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from typing import Any, Literal
+
+# Escape first, so that `$${x}` is never read as `$` + a reference; a lone `${` is reported as unclosed.
+_TOKEN = re.compile(r"\$\$\{|\$\{(?P<body>[^{}]*)\}|\$\{")
+_BODY = re.compile(r"(?P<root>inputs|nodes)\.(?P<name>[A-Za-z_][A-Za-z0-9_-]{0,63})(?P<path>(?:\.[A-Za-z0-9_-]+)*)")
+
+Loc = tuple[str | int, ...]
+
+
+class ReferenceSyntaxError(ValueError):
+    pass
+
+
+@dataclass(frozen=True)
+class Reference:
+    root: Literal["inputs", "nodes"]
+    name: str
+    path: tuple[str, ...] = ()
+
+    def __str__(self) -> str:
+        return "${" + ".".join((self.root, self.name, *self.path)) + "}"
+
+
+Part = str | Reference
+
+
+def parse(text: str) -> list[Part]:
+    """Split a string into literal text and references; raises ReferenceSyntaxError."""
+    parts = _split(text)
+    for part in parts:
+        if isinstance(part, ReferenceSyntaxError):
+            raise part
+    return [part for part in parts if not isinstance(part, ReferenceSyntaxError)]
+
+
+def _split(text: str) -> list[Part | ReferenceSyntaxError]:
+    """Like parse, but a malformed reference becomes an error item, so that the others are still seen."""
+    if "${" not in text:
+        return [text]
+    parts: list[Part | ReferenceSyntaxError] = []
+    literal = ""
+    pos = 0
+    for match in _TOKEN.finditer(text):
+        literal += text[pos : match.start()]
+        pos = match.end()
+        if match.group(0) == "$${":
+            literal += "${"
+            continue
+        if literal:
+            parts.append(literal)
+            literal = ""
+        body = match.group("body")
+        if body is None:
+            parts.append(
+                ReferenceSyntaxError(
+                    f"'${{' at position {match.start()} has no closing '}}' (write '$${{' for a literal '${{')"
+                )
+            )
+        else:
+            parts.append(_parse_body(body))
+    literal += text[pos:]
+    if literal:
+        parts.append(literal)
+    return parts
+
+
+def _parse_body(body: str) -> Reference | ReferenceSyntaxError:
+    match = _BODY.fullmatch(body)
+    if match is None:
+        return ReferenceSyntaxError(
+            f"malformed reference '${{{body}}}': expected ${{inputs.NAME}} or ${{nodes.ID}}, "
+            "optionally followed by .field or .index parts"
+        )
+    root: Literal["inputs", "nodes"] = "inputs" if match["root"] == "inputs" else "nodes"
+    path = tuple(match["path"].split(".")[1:])
+    return Reference(root, match["name"], path)
+
+
+def scan(value: Any, loc: Loc = ()) -> Iterator[tuple[Loc, Reference | ReferenceSyntaxError]]:
+    """Every reference (or syntax error) in the strings of a JSON value, with where it was found.
+
+    Mapping keys are literal and never scanned.
+    """
+    if isinstance(value, str):
+        for part in _split(value):
+            if not isinstance(part, str):
+                yield loc, part
+    elif isinstance(value, dict):
+        for key, item in value.items():
+            yield from scan(item, (*loc, key))
+    elif isinstance(value, list):
+        for index, item in enumerate(value):
+            yield from scan(item, (*loc, index))
+
+
+def has_reference(text: str) -> bool:
+    """Whether a string's value is only known at run time (a malformed one counts: it is reported apart)."""
+    return any(not isinstance(part, str) for part in _split(text))
+
+
+def substitute(value: Any, lookup: Callable[[Reference], Any]) -> Any:
+    """A copy of a JSON value with every reference replaced by `lookup(reference)`."""
+    if isinstance(value, str):
+        parts = parse(value)
+        if len(parts) == 1 and isinstance(parts[0], Reference):
+            return lookup(parts[0])
+        return "".join(part if isinstance(part, str) else as_text(lookup(part)) for part in parts)
+    if isinstance(value, dict):
+        return {key: substitute(item, lookup) for key, item in value.items()}
+    if isinstance(value, list):
+        return [substitute(item, lookup) for item in value]
+    return value
+
+
+def as_text(value: Any) -> str:
+    return value if isinstance(value, str) else json.dumps(value, ensure_ascii=False)
+
+
+def parse_path(text: str) -> tuple[str, ...]:
+    """`a.b.0` -> ("a", "b", "0"); the empty string is the value itself."""
+    return tuple(text.split(".")) if text else ()
+
+
+def lookup_path(value: Any, path: tuple[str, ...]) -> Any:
+    """Follow object keys and list indexes; raises LookupError saying where the path stopped."""
+    for depth, segment in enumerate(path):
+        where = ".".join(path[:depth]) or "the value"
+        if isinstance(value, dict):
+            if segment not in value:
+                raise LookupError(f"{where} has no field {segment!r}")
+            value = value[segment]
+        elif isinstance(value, list):
+            if not (segment.isascii() and segment.isdigit()) or int(segment) >= len(value):
+                raise LookupError(f"{where} is a list of {len(value)} items; {segment!r} is not an index")
+            value = value[int(segment)]
+        else:
+            raise LookupError(f"{where} is {json_kind(value)}, it has no field {segment!r}")
+    return value
+
+
+def json_kind(value: Any) -> str:
+    """'a string', 'an object', ... for messages about a value of the wrong kind."""
+    if value is None:
+        return "null"
+    # bool before int: True is an int in Python but not a number in JSON.
+    for kind, name in ((bool, "a boolean"), (int | float, "a number"), (str, "a string"), (list, "a list")):
+        if isinstance(value, kind):
+            return name
+    return "an object" if isinstance(value, dict) else f"a {type(value).__name__}"
