@@ -59,10 +59,14 @@ def _wait_ready(port: int, process: subprocess.Popen[bytes], timeout: float = 60
     raise SystemExit("a worker did not become ready in time")
 
 
+_PRINT_LOCK = threading.Lock()  # one line at a time from the follower threads
+
+
 def _follow(client: FireflowClient, label: str, run_id: str, results: dict[str, Any]) -> None:
     for event in client.events(run_id, timeout_seconds=120):
         detail = {k: v for k, v in event.items() if k not in ("event", "at_ms")}
-        print(f"  {label:<22} {event['event']:<14} {json.dumps(detail, sort_keys=True)}", flush=True)
+        with _PRINT_LOCK:
+            print(f"  {label:<22} {event['event']:<14} {json.dumps(detail, sort_keys=True)}", flush=True)
     results[label] = client.status(run_id)
 
 

@@ -61,6 +61,9 @@ def test_should_plan_then_apply_then_report_up_to_date(database_url: str, tmp_pa
     assert summary["required_version"] == migrate.required_version() > 0
     assert summary["migration_needed"] is True
     assert json.loads(termination_log.read_text()) == summary
+    for_a_job = _migrate(database_url, "--plan", "--exit-zero")
+    assert for_a_job.returncode == 0
+    assert json.loads(for_a_job.stdout)["migration_needed"] is True
 
     applied = _migrate(database_url, termination_log=termination_log)
     assert applied.returncode == 0, applied.stdout + applied.stderr

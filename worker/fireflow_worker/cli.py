@@ -33,6 +33,9 @@ def worker_main(argv: Sequence[str] | None = None) -> int:
     mig = sub.add_parser("migrate", help="plan or apply the DBOS schema migration")
     mig.add_argument("--plan", action="store_true", help="print current/required versions; exit 3 if behind")
     mig.add_argument(
+        "--exit-zero", action="store_true", help="with --plan: exit 0 when behind too (a Job reads the summary)"
+    )
+    mig.add_argument(
         "--lock-timeout-ms", type=int, default=int(os.environ.get("FIREFLOW_MIGRATION_LOCK_TIMEOUT_MS", "5000"))
     )
     mig.add_argument("--retries", type=int, default=int(os.environ.get("FIREFLOW_MIGRATION_RETRIES", "3")))
@@ -78,7 +81,7 @@ def _migrate(args: argparse.Namespace, database_url: str | None) -> int:
     migrate.report(summary, args.termination_log)
     if summary.result != "ok":
         return migrate.EXIT_ERROR
-    if args.plan and summary.migration_needed:
+    if args.plan and summary.migration_needed and not args.exit_zero:
         return migrate.EXIT_MIGRATION_NEEDED
     return migrate.EXIT_UP_TO_DATE
 

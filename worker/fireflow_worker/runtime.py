@@ -28,6 +28,7 @@ from fireflow_worker.health import HealthServer, HealthState
 log = logging.getLogger("fireflow.worker")
 
 QUEUE_DEPTH_SAMPLE_SECONDS = 5.0
+WORKER_CONNECTION_PREFIX = "fireflow-worker:"
 
 
 class StartupError(Exception):
@@ -44,7 +45,14 @@ def dbos_config(config: WorkerConfig) -> DBOSConfig:
         "executor_id": config.executor_id,
         "run_migrations": config.run_migrations,
         "log_level": config.log_level,
+        # Named connections let the operator tell the pool's backends from everyone else's in pg_stat_activity.
+        "db_engine_kwargs": {"connect_args": {"application_name": connection_application_name(config.executor_id)}},
     }
+
+
+def connection_application_name(executor_id: str) -> str:
+    """The PostgreSQL `application_name` of a worker's connections (the server keeps 63 bytes)."""
+    return f"{WORKER_CONNECTION_PREFIX}{executor_id}"[:63]
 
 
 def register_queues(config: WorkerConfig) -> None:
