@@ -14,6 +14,8 @@ from collections.abc import Iterator
 import pytest
 from fireflow_worker.local_postgres import LocalPostgres
 
+pytest_plugins = ["tests.kube.plugin"]
+
 
 @pytest.fixture(scope="session")
 def postgres() -> Iterator[LocalPostgres]:

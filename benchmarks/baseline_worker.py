@@ -1,0 +1,94 @@
+"""The baseline: a raw DBOS worker doing the benchmark flow's three steps, with none of the flow engine.
+
+Run as `python -m benchmarks.baseline_worker`; the benchmark starts it as a subprocess exactly like a
+`fireflow-worker`, on a database migrated with plain `dbos migrate`. It reads the worker's own variables
+where they mean the same (`DATABASE_URL_EXECUTIONS`, `FIREFLOW_WORKER_ID`, `DBOS_WORKER_CONCURRENCY`,
+`DBOS_QUEUE_POLLING_INTERVAL_MS`, `DBOS_SYSTEM_DATABASE_POOL_SIZE`, `FIREFLOW_APPLICATION_VERSION`,
+`DBOS_LOG_LEVEL`) and `BENCH_QUEUES`, a comma-separated list of the queues it registers and listens to
+(registered like the worker's: no global cap, the same worker concurrency and polling interval). Once its
+queues are registered it creates the file `BENCH_READY_FILE`; SIGTERM stops it.
+
+The workflow is a plain `@DBOS.workflow` calling three `@DBOS.step` functions that compute what the flow's
+template -> transform -> template nodes compute, and it returns the flow's result. What it leaves out is
+exactly the engine: the provision step, flow and input validation, the node-event stream, the metrics and
+the run-end trigger.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import threading
+from pathlib import Path
+from types import FrameType
+from typing import Any
+
+from dbos import DBOS, DBOSConfig
+
+from benchmarks.workload import RAW_WORKFLOW_NAME
+
+
+@DBOS.step(name="greet")
+def greet(who: str) -> str:
+    return f"Hello, {who}!"
+
+
+@DBOS.step(name="card")
+def card(greeting: str, who: str) -> dict[str, Any]:
+    value = {"greeting": greeting, "to": who, "draft": True}
+    value = {key: item for key, item in value.items() if key != "draft"}
+    return {("recipient" if key == "to" else key): item for key, item in value.items()}
+
+
+@DBOS.step(name="summary")
+def summary(value: dict[str, Any]) -> str:
+    return f"{value['greeting']} (to {value['recipient']})"
+
+
+@DBOS.workflow(name=RAW_WORKFLOW_NAME)
+def raw_flow(request: dict[str, Any]) -> dict[str, Any]:
+    who = str(request["inputs"]["who"])
+    return {"summary": summary(card(greet(who), who))}
+
+
+def main() -> int:
+    env = os.environ
+    queues = [name for name in env.get("BENCH_QUEUES", "fireflow-executions").split(",") if name]
+    polling = int(env.get("DBOS_QUEUE_POLLING_INTERVAL_MS", "50")) / 1000
+    config: DBOSConfig = {
+        "name": env.get("DBOS_APPLICATION_NAME", "fireflow"),
+        "system_database_url": env["DATABASE_URL_EXECUTIONS"],
+        "sys_db_pool_size": int(env.get("DBOS_SYSTEM_DATABASE_POOL_SIZE", "30")),
+        "application_version": env.get("FIREFLOW_APPLICATION_VERSION", "bench-baseline"),
+        "executor_id": env.get("FIREFLOW_WORKER_ID", "baseline"),
+        "run_migrations": False,
+        "log_level": env.get("DBOS_LOG_LEVEL", "INFO").upper(),
+    }
+    stop = threading.Event()
+
+    def on_signal(_signum: int, _frame: FrameType | None) -> None:
+        stop.set()
+
+    signal.signal(signal.SIGTERM, on_signal)
+    signal.signal(signal.SIGINT, on_signal)
+    DBOS(config=config)
+    DBOS.listen_queues(queues)
+    DBOS.launch()
+    for name in queues:
+        DBOS.register_queue(
+            name,
+            worker_concurrency=int(env.get("DBOS_WORKER_CONCURRENCY", "50")),
+            global_concurrency=None,
+            polling_interval_sec=polling,
+        )
+    ready_file = env.get("BENCH_READY_FILE")
+    if ready_file:
+        Path(ready_file).touch()
+    stop.wait()
+    DBOS.destroy(workflow_completion_timeout_sec=5)
+    # Like the worker: running workflow threads would otherwise keep the interpreter alive.
+    os._exit(0)
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

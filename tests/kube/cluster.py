@@ -1,0 +1,269 @@
+"""One interface over the two ways the tests get a cluster: local (Go-built control plane + process
+node) and kind (real kubelets in Docker)."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import threading
+import time
+from abc import ABC, abstractmethod
+from pathlib import Path
+from types import TracebackType
+from typing import Any
+
+from kubernetes import config as kube_config
+from kubernetes.client import ApiClient, CoreV1Api
+from kubernetes.client.exceptions import ApiException
+
+from . import rawapi
+from .controlplane import ControlPlane
+from .images import TEST_IMAGE
+from .process_node import ProcessNode
+from .tools import REPO_ROOT, Binaries, kubectl_path
+
+PROJECT_IMAGES = {"fireflow-worker": "Dockerfile.worker", "fireflow-operator": "Dockerfile.operator"}
+LOG_TAIL_LINES = 200
+
+
+def wait_for_service_account(core: CoreV1Api, namespace: str, name: str = "default", timeout: float = 60.0) -> None:
+    """Pods are refused until the service-account controller has created the namespace's "default"."""
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            rawapi.call(core.read_namespaced_service_account, name, namespace)
+            return
+        except ApiException as error:
+            if error.status != 404 or time.monotonic() > deadline:
+                raise
+        time.sleep(0.1)
+
+
+class LogFollower(ABC):
+    """A container's output captured from now on (and, where the cluster keeps it, from before)."""
+
+    @abstractmethod
+    def text(self) -> str: ...
+
+    def close(self) -> None:
+        return None
+
+    def __enter__(self) -> LogFollower:
+        return self
+
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        self.close()
+
+
+class Cluster(ABC):
+    mode: str
+    kubeconfig: Path
+    api: ApiClient
+
+    @abstractmethod
+    def image(self, name: str) -> str:
+        """The image reference for a project image (`fireflow-worker`, `fireflow-operator`)."""
+
+    @abstractmethod
+    def logs(self, namespace: str, pod: str) -> str:
+        """Everything the pod's containers printed that the cluster still has."""
+
+    @abstractmethod
+    def follow_logs(self, namespace: str, pod: str) -> LogFollower: ...
+
+    @abstractmethod
+    def stop(self) -> None: ...
+
+    test_image = TEST_IMAGE
+
+    def kubectl(self, *args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
+        env = {**os.environ, "KUBECONFIG": str(self.kubeconfig)}
+        return subprocess.run(
+            [str(kubectl_path()), *args], env=env, capture_output=True, text=True, check=check, timeout=300
+        )
+
+    def apply_crds(self, crd_dir: Path = REPO_ROOT / "crds") -> list[Path]:
+        """Apply every CRD manifest in `crd_dir` and wait until each is Established."""
+        files = sorted(p for p in crd_dir.glob("*.y*ml") if p.suffix in (".yaml", ".yml")) if crd_dir.is_dir() else []
+        for path in files:
+            self.kubectl("apply", "--server-side", "--force-conflicts", "-f", str(path))
+            self.kubectl("wait", "--for=condition=Established", "--timeout=120s", "-f", str(path))
+        return files
+
+    def namespace_report(self, namespace: str) -> str:
+        """Pods, their container states, events and output: what a failed test needs to be understood."""
+        core = CoreV1Api(self.api)
+        lines: list[str] = []
+        try:
+            pods = rawapi.call(core.list_namespaced_pod, namespace).get("items", [])
+            events = rawapi.call(core.list_namespaced_event, namespace).get("items", [])
+        except ApiException as error:
+            return f"cannot read namespace {namespace}: {error.reason}"
+        for pod in pods:
+            meta, status = pod["metadata"], pod.get("status", {})
+            lines.append(f"pod {meta['name']} phase={status.get('phase')} uid={meta['uid']}")
+            for container in status.get("initContainerStatuses", []) + status.get("containerStatuses", []):
+                lines.append(
+                    f"  container {container['name']} ready={container.get('ready')} "
+                    f"restarts={container.get('restartCount')} state={container.get('state')} "
+                    f"last={container.get('lastState')}"
+                )
+        lines.append("events:")
+        for event in events:
+            involved = event.get("involvedObject", {})
+            lines.append(
+                f"  {involved.get('kind')}/{involved.get('name')}: {event.get('reason')} {event.get('message')}"
+            )
+        names = sorted({p["metadata"]["name"] for p in pods} | set(self._known_pods(namespace)))
+        for name in names:
+            output = self.logs(namespace, name).splitlines()[-LOG_TAIL_LINES:]
+            lines.append(f"--- output of {name} (last {LOG_TAIL_LINES} lines) ---")
+            lines.extend(output)
+        return "\n".join(lines)
+
+    def _known_pods(self, namespace: str) -> list[str]:
+        return []
+
+
+class _FileFollower(LogFollower):
+    def __init__(self, node: ProcessNode, namespace: str, pod: str) -> None:
+        self.node, self.namespace, self.pod = node, namespace, pod
+
+    def text(self) -> str:
+        return self.node.logs(self.namespace, self.pod)
+
+
+class LocalCluster(Cluster):
+    mode = "local"
+
+    def __init__(self, binaries: Binaries | None = None) -> None:
+        self.control_plane = ControlPlane(binaries)
+        self.kubeconfig = self.control_plane.kubeconfig
+        self.node: ProcessNode | None = None
+
+    def start(self) -> LocalCluster:
+        try:
+            self.control_plane.start()
+            self.api = kube_config.new_client_from_config(config_file=str(self.kubeconfig))  # type: ignore[no-untyped-call]
+            self.node = ProcessNode(self.kubeconfig)
+            self.node.start()
+            wait_for_service_account(CoreV1Api(self.api), "default")
+        except BaseException:
+            self.stop()
+            raise
+        return self
+
+    def image(self, name: str) -> str:
+        return f"{name}:dev"  # any tag: the process node matches the basename
+
+    def logs(self, namespace: str, pod: str) -> str:
+        return self.node.logs(namespace, pod) if self.node else ""
+
+    def follow_logs(self, namespace: str, pod: str) -> LogFollower:
+        assert self.node is not None
+        return _FileFollower(self.node, namespace, pod)
+
+    def _known_pods(self, namespace: str) -> list[str]:
+        if self.node is None:
+            return []
+        return [d.name.split("_")[1] for d in self.node.pods_dir.glob(f"{namespace}_*")]
+
+    def stop(self) -> None:
+        if self.node is not None:
+            self.node.stop()
+            self.node = None
+        if hasattr(self, "api"):
+            self.api.close()  # type: ignore[no-untyped-call]
+        self.control_plane.stop()
+
+
+class _StreamFollower(LogFollower):
+    """`kubectl logs -f` in a thread: keeps what a pod printed even after a real kubelet deleted it."""
+
+    def __init__(self, api: ApiClient, namespace: str, pod: str) -> None:
+        self._chunks: list[str] = []
+        self._response: Any = CoreV1Api(api).read_namespaced_pod_log(
+            pod, namespace, follow=True, _preload_content=False
+        )
+        self._thread = threading.Thread(target=self._pump, daemon=True)
+        self._thread.start()
+
+    def _pump(self) -> None:
+        try:
+            for chunk in self._response.stream(decode_content=False):
+                self._chunks.append(chunk.decode("utf-8", errors="replace"))
+        except Exception:  # the stream ends however the pod ends
+            return
+
+    def text(self) -> str:
+        return "".join(self._chunks)
+
+    def close(self) -> None:
+        self._response.release_conn()
+
+
+class KindCluster(Cluster):
+    """A kind cluster through pytest-kind, with the project's images built and loaded."""
+
+    mode = "kind"
+
+    def __init__(self, name: str, keep: bool, kind_bin: str | None, node_image: str | None) -> None:
+        from pytest_kind import KindCluster as PytestKindCluster  # noqa: PLC0415 - kind mode only
+
+        self.keep = keep
+        self._kind = PytestKindCluster(
+            name, image=node_image, kind_path=Path(kind_bin) if kind_bin else None, kubectl_path=kubectl_path()
+        )
+        self.kubeconfig = Path(self._kind.kubeconfig_path).resolve()
+        self.built: dict[str, str] = {}
+
+    @staticmethod
+    def docker_problem() -> str | None:
+        if shutil.which("docker") is None:
+            return "--cluster=kind needs Docker, and no `docker` command is on PATH"
+        probe = subprocess.run(["docker", "info"], capture_output=True, text=True, check=False)
+        if probe.returncode != 0:
+            return f"--cluster=kind needs a running Docker daemon (`docker info`: {probe.stderr.strip()[:200]})"
+        return None
+
+    def start(self) -> KindCluster:
+        self._kind.create()
+        for name, dockerfile in PROJECT_IMAGES.items():
+            if (REPO_ROOT / dockerfile).exists():
+                tag = f"{name}:e2e"
+                subprocess.run(["docker", "build", "-f", dockerfile, "-t", tag, "."], cwd=REPO_ROOT, check=True)
+                self._kind.load_docker_image(tag)
+                self.built[name] = tag
+        subprocess.run(["docker", "pull", "-q", TEST_IMAGE], check=True)
+        self._kind.load_docker_image(TEST_IMAGE)
+        self.api = kube_config.new_client_from_config(config_file=str(self.kubeconfig))  # type: ignore[no-untyped-call]
+        return self
+
+    def image(self, name: str) -> str:
+        if name not in self.built:
+            raise LookupError(
+                f"{PROJECT_IMAGES.get(name, name)} was not found at the repo top, so {name} was not built"
+            )
+        return self.built[name]
+
+    def logs(self, namespace: str, pod: str) -> str:
+        chunks = []
+        for previous in (True, False):
+            result = self.kubectl(
+                "logs", "-n", namespace, pod, "--all-containers", f"--previous={previous}", check=False
+            )
+            if result.returncode == 0 and result.stdout:
+                chunks.append(f"==> {namespace}/{pod} ({'previous' if previous else 'current'}) <==\n{result.stdout}")
+        return "".join(chunks)
+
+    def follow_logs(self, namespace: str, pod: str) -> LogFollower:
+        return _StreamFollower(self.api, namespace, pod)
+
+    def stop(self) -> None:
+        if hasattr(self, "api"):
+            self.api.close()  # type: ignore[no-untyped-call]
+        if not self.keep:
+            self._kind.delete()

@@ -1,0 +1,117 @@
+"""pytest plugin: a session-wide cluster, a namespace per test, and pod output in failure reports.
+
+Enable with `-p tests.kube.plugin` (or `pytest_plugins`). Fixtures:
+  kube_cluster    the session's `Cluster` (local: Go-built control plane + process node; kind: `--cluster=kind`)
+  kube_api        a kubernetes `ApiClient` with admin rights on it
+  kube_namespace  a fresh namespace for the test (deleted afterwards, without waiting)
+Tests that use them are marked `controlplane` automatically; `-m 'not controlplane'` skips them.
+Local mode fails (never skips) with one line naming the build script when the binaries are missing.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import secrets
+from collections.abc import Generator, Iterator
+
+import pytest
+from kubernetes.client import ApiClient, CoreV1Api
+from kubernetes.client.exceptions import ApiException
+
+from . import rawapi
+from .cluster import Cluster, KindCluster, LocalCluster, wait_for_service_account
+from .tools import Binaries, MissingBinariesError
+
+CLUSTER_ENV = "FIREFLOW_TEST_CLUSTER"
+CLUSTER_KEY = pytest.StashKey[Cluster]()
+NAMESPACE_KEY = pytest.StashKey[str]()
+CLUSTER_FIXTURES = {"kube_cluster", "kube_api", "kube_namespace"}
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    group = parser.getgroup("fireflow-kube", "Kubernetes test cluster")
+    group.addoption(
+        "--cluster",
+        choices=("local", "kind"),
+        default=os.environ.get(CLUSTER_ENV, "local"),
+        help=f"local: Go-built control plane + process node (default); kind: a kind cluster in Docker "
+        f"(env {CLUSTER_ENV})",
+    )
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    config.addinivalue_line(
+        "markers", "controlplane: needs the Kubernetes control plane (opt out with -m 'not controlplane')"
+    )
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    for item in items:
+        if CLUSTER_FIXTURES & set(getattr(item, "fixturenames", ())):
+            item.add_marker(pytest.mark.controlplane)
+
+
+def _start_cluster(config: pytest.Config) -> Cluster:
+    if config.getoption("--cluster") == "kind":
+        problem = KindCluster.docker_problem()
+        if problem:
+            pytest.skip(problem)
+        return KindCluster(
+            name=config.getoption("cluster_name", "fireflow-pool"),
+            keep=bool(config.getoption("keep_cluster", False)),
+            kind_bin=config.getoption("kind_bin", None),
+            node_image=config.getoption("kind_image", None),
+        ).start()
+    try:
+        binaries = Binaries.locate()
+    except MissingBinariesError as error:
+        missing = str(error)
+    else:
+        return LocalCluster(binaries).start()
+    pytest.fail(missing, pytrace=False)  # outside the except: the report stays one line
+
+
+@pytest.fixture(scope="session")
+def kube_cluster(pytestconfig: pytest.Config) -> Iterator[Cluster]:
+    cluster = _start_cluster(pytestconfig)
+    pytestconfig.stash[CLUSTER_KEY] = cluster
+    try:
+        cluster.apply_crds()
+        yield cluster
+    finally:
+        del pytestconfig.stash[CLUSTER_KEY]
+        cluster.stop()
+
+
+@pytest.fixture
+def kube_api(kube_cluster: Cluster) -> ApiClient:
+    return kube_cluster.api
+
+
+@pytest.fixture
+def kube_namespace(kube_cluster: Cluster, request: pytest.FixtureRequest) -> Iterator[str]:
+    slug = re.sub(r"[^a-z0-9]+", "-", request.node.name.lower()).strip("-")[:40].strip("-")
+    name = f"{slug}-{secrets.token_hex(3)}"
+    core = CoreV1Api(kube_cluster.api)
+    rawapi.call(core.create_namespace, {"metadata": {"name": name, "labels": {"fireflow.dev/test": "true"}}})
+    wait_for_service_account(core, name)
+    request.node.stash[NAMESPACE_KEY] = name
+    yield name
+    try:
+        rawapi.call(core.delete_namespace, name)
+    except ApiException as error:
+        if error.status != 404:
+            raise
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_makereport(
+    item: pytest.Item, call: pytest.CallInfo[None]
+) -> Generator[None, pytest.TestReport, pytest.TestReport]:
+    report = yield
+    namespace = item.stash.get(NAMESPACE_KEY, None)
+    cluster = item.config.stash.get(CLUSTER_KEY, None)
+    if report.failed and namespace and cluster is not None:
+        report.sections.append((f"cluster: namespace {namespace}", cluster.namespace_report(namespace)))
+    return report
