@@ -1,0 +1,249 @@
+"""Pure builders of the pool's children: dicts in, dicts out, no client and no I/O."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from fireflow_operator import names
+from fireflow_operator.model import PoolSpec
+
+WORKER_UID = 10001
+WRITABLE_TMP = "/tmp"  # noqa: S108 - an emptyDir, the only writable path under a read-only root
+DEFAULT_CONTAINER_SECURITY: dict[str, Any] = {
+    "runAsNonRoot": True,
+    "runAsUser": WORKER_UID,
+    "runAsGroup": WORKER_UID,
+    "readOnlyRootFilesystem": True,
+    "allowPrivilegeEscalation": False,
+    "capabilities": {"drop": ["ALL"]},
+    "seccompProfile": {"type": "RuntimeDefault"},
+}
+
+
+@dataclass(frozen=True)
+class Pool:
+    """What the builders need of a FireflowWorkerPool: identity, owner reference and validated spec."""
+
+    name: str
+    namespace: str
+    uid: str
+    spec: PoolSpec
+
+    def owner_reference(self) -> dict[str, Any]:
+        return {
+            "apiVersion": "fireflow.persistent.ai/v1alpha1",
+            "kind": "FireflowWorkerPool",
+            "name": self.name,
+            "uid": self.uid,
+            "controller": True,
+            "blockOwnerDeletion": True,
+        }
+
+    def metadata(self, name: str, component: str) -> dict[str, Any]:
+        return {
+            "name": name,
+            "namespace": self.namespace,
+            "labels": names.common_labels(self.name, component),
+            "ownerReferences": [self.owner_reference()],
+        }
+
+
+def _database_url_env(spec: PoolSpec) -> dict[str, Any]:
+    ref = spec.database.secret_ref
+    return {"name": "DATABASE_URL_EXECUTIONS", "valueFrom": {"secretKeyRef": {"name": ref.name, "key": ref.key}}}
+
+
+def worker_env(pool: Pool, application_version: str) -> list[dict[str, Any]]:
+    """The worker container's environment: the seed's variables from the spec, the id from the pod's name."""
+    spec, dbos = pool.spec, pool.spec.dbos
+    plain = {
+        "DBOS_RUN_MIGRATIONS": "false",  # the operator's migration Job migrates; workers only verify
+        "DBOS_APPLICATION_NAME": dbos.application_name,
+        "FIREFLOW_APPLICATION_VERSION": application_version,
+        "DBOS_WORKER_CONCURRENCY": str(dbos.worker_concurrency),
+        "DBOS_QUEUE_CONCURRENCY": str(dbos.queue_concurrency),
+        "DBOS_QUEUE_POLLING_INTERVAL_MS": str(dbos.polling_interval_ms),
+        "DBOS_SYSTEM_DATABASE_POOL_SIZE": str(dbos.system_database_pool_size),
+        "DBOS_SHUTDOWN_DRAIN_TIMEOUT_MS": str(dbos.shutdown_drain_timeout_ms),
+        "DBOS_LOG_LEVEL": dbos.log_level.value,
+        "FIREFLOW_PROVISION_CACHE_TTL_MS": str(dbos.provision_cache_ttl_ms),
+        "FIREFLOW_SANDBOX_QUEUE_CONCURRENCY": str(dbos.sandbox_queue_concurrency),
+        "FIREFLOW_TERMINAL_QUEUE_CONCURRENCY": str(dbos.terminal_queue_concurrency),
+        "FIREFLOW_QUEUES": ",".join(spec.queues),
+        "FIREFLOW_HEALTH_PORT": str(names.HEALTH_PORT),
+    }
+    return [
+        {"name": "POD_NAME", "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}},
+        {"name": "POD_NAMESPACE", "valueFrom": {"fieldRef": {"fieldPath": "metadata.namespace"}}},
+        # <namespace>.<pod>: unique across every pool on the database, stable across the pod's restarts.
+        {"name": "FIREFLOW_WORKER_ID", "value": "$(POD_NAMESPACE).$(POD_NAME)"},
+        _database_url_env(spec),
+        *({"name": key, "value": value} for key, value in plain.items()),
+        *(spec.env or []),
+    ]
+
+
+def _pod_spec_common(pool: Pool) -> dict[str, Any]:
+    spec = pool.spec
+    pod: dict[str, Any] = {
+        "securityContext": spec.pod_security_context or {"runAsNonRoot": True, "fsGroup": WORKER_UID},
+        "volumes": [{"name": "tmp", "emptyDir": {}}],
+    }
+    optional = {
+        "serviceAccountName": spec.service_account_name,
+        "priorityClassName": spec.priority_class_name,
+        "nodeSelector": spec.node_selector,
+        "tolerations": spec.tolerations,
+        "affinity": spec.affinity,
+        "imagePullSecrets": spec.image_pull_secrets,
+    }
+    pod.update({key: value for key, value in optional.items() if value})
+    return pod
+
+
+def _container_common(pool: Pool, image: str) -> dict[str, Any]:
+    return {
+        "image": image,
+        "imagePullPolicy": pool.spec.image_pull_policy.value,
+        "securityContext": {**DEFAULT_CONTAINER_SECURITY, **(pool.spec.security_context or {})},
+        "volumeMounts": [{"name": "tmp", "mountPath": WRITABLE_TMP}],
+        **({"resources": pool.spec.resources} if pool.spec.resources else {}),
+    }
+
+
+def build_statefulset(pool: Pool, *, image: str, application_version: str, replicas: int | None) -> dict[str, Any]:
+    """The workers at a rollout target (image, application version), which lags the spec's until the
+    migration gate lets it through. `replicas=None` leaves the count to whoever else owns it (an autoscaler)."""
+    spec = pool.spec
+    probe = {"httpGet": {"path": "/readyz", "port": names.HEALTH_PORT_NAME}, "periodSeconds": 5}
+    container = {
+        "name": names.CONTAINER_NAME,
+        **_container_common(pool, image),
+        "command": ["fireflow-worker"],
+        "args": ["run"],
+        "env": worker_env(pool, application_version),
+        "ports": [{"name": names.HEALTH_PORT_NAME, "containerPort": names.HEALTH_PORT}],
+        "readinessProbe": probe,
+        "livenessProbe": {
+            "httpGet": {"path": "/healthz", "port": names.HEALTH_PORT_NAME},
+            "periodSeconds": 10,
+            "failureThreshold": 3,
+        },
+        "startupProbe": {
+            "httpGet": {"path": "/healthz", "port": names.HEALTH_PORT_NAME},
+            "periodSeconds": 2,
+            "failureThreshold": 60,
+        },
+    }
+    pod_spec = {
+        **_pod_spec_common(pool),
+        "terminationGracePeriodSeconds": spec.termination_grace_period_seconds,
+        "containers": [container],
+        **({"topologySpreadConstraints": spec.topology_spread_constraints} if spec.topology_spread_constraints else {}),
+    }
+    template_labels = {**(spec.pod_labels or {}), **names.common_labels(pool.name, names.WORKER_COMPONENT)}
+    statefulset: dict[str, Any] = {
+        "apiVersion": "apps/v1",
+        "kind": "StatefulSet",
+        "metadata": pool.metadata(names.statefulset_name(pool.name), names.WORKER_COMPONENT),
+        "spec": {
+            "serviceName": names.headless_service_name(pool.name),
+            # Workers share nothing but the database: start and stop them together.
+            "podManagementPolicy": "Parallel",
+            "updateStrategy": {"type": "RollingUpdate"},
+            "selector": {"matchLabels": names.selector_labels(pool.name)},
+            "template": {
+                "metadata": {"labels": template_labels, "annotations": dict(spec.pod_annotations or {})},
+                "spec": pod_spec,
+            },
+        },
+    }
+    if replicas is not None:
+        statefulset["spec"]["replicas"] = replicas
+    return statefulset
+
+
+def build_headless_service(pool: Pool) -> dict[str, Any]:
+    """Stable DNS for the StatefulSet's pods and a scrape target for their metrics."""
+    return {
+        "apiVersion": "v1",
+        "kind": "Service",
+        "metadata": pool.metadata(names.headless_service_name(pool.name), names.WORKER_COMPONENT),
+        "spec": {
+            "clusterIP": "None",
+            "publishNotReadyAddresses": False,
+            "selector": names.selector_labels(pool.name),
+            "ports": [
+                {"name": names.HEALTH_PORT_NAME, "port": names.HEALTH_PORT, "targetPort": names.HEALTH_PORT_NAME}
+            ],
+        },
+    }
+
+
+def build_pdb(pool: Pool) -> dict[str, Any]:
+    return {
+        "apiVersion": "policy/v1",
+        "kind": "PodDisruptionBudget",
+        "metadata": pool.metadata(names.pdb_name(pool.name), names.WORKER_COMPONENT),
+        "spec": {
+            "maxUnavailable": pool.spec.pod_disruption_budget.max_unavailable,
+            "selector": {"matchLabels": names.selector_labels(pool.name)},
+        },
+    }
+
+
+def wants_pdb(pool: Pool, replicas: int) -> bool:
+    """A PDB over a single replica would block every node drain; only pools of 2+ get one."""
+    return pool.spec.pod_disruption_budget.enabled and replicas >= 2
+
+
+def build_migration_job(pool: Pool, *, mode: str, image: str, target: str, attempt: int) -> dict[str, Any]:
+    """A Job that plans (`mode="plan"`) or applies (`"apply"`) the DBOS schema migration with `image`."""
+    migration = pool.spec.migration
+    if mode == "plan":
+        args = ["migrate", "--plan", "--exit-zero"]
+    elif mode == "apply":
+        args = ["migrate", "--lock-timeout-ms", str(migration.lock_timeout_ms), "--retries", str(migration.retries)]
+    else:
+        raise ValueError(f"unknown migration mode {mode!r}")
+    name = names.migration_job_name(pool.name, mode, target, attempt)
+    metadata = pool.metadata(name, f"migration-{mode}")
+    metadata["labels"][names.LABEL_MIGRATION_TARGET] = target
+    metadata["annotations"] = {names.ANNOTATION_TARGET: f"{image} {pool.spec.dbos.application_version}"}
+    return {
+        "apiVersion": "batch/v1",
+        "kind": "Job",
+        "metadata": metadata,
+        "spec": {
+            # The apply retries lock timeouts itself; a failed Job is reported, then retried by the operator
+            # as a new attempt after the pool was restored, never blindly by the Job controller.
+            "backoffLimit": 0 if mode == "apply" else 2,
+            "activeDeadlineSeconds": migration.deadline_seconds,
+            "template": {
+                "metadata": {
+                    "labels": {
+                        **names.common_labels(pool.name, f"migration-{mode}"),
+                        names.LABEL_MIGRATION_TARGET: target,
+                    }
+                },
+                "spec": {
+                    **_pod_spec_common(pool),
+                    "restartPolicy": "Never",
+                    "containers": [
+                        {
+                            "name": "migrate",
+                            **_container_common(pool, image),
+                            "command": ["fireflow-worker"],
+                            "args": args,
+                            "env": [
+                                _database_url_env(pool.spec),
+                                {"name": "DBOS_APPLICATION_NAME", "value": pool.spec.dbos.application_name},
+                            ],
+                            "terminationMessagePolicy": "FallbackToLogsOnError",
+                        }
+                    ],
+                },
+            },
+        },
+    }

@@ -1,0 +1,158 @@
+"""Build the FireflowWorkerPool CRD from the pydantic model, so schema and model cannot drift.
+
+`python -m fireflow_operator.crd` prints it; `crds/` and the Helm chart hold the printed copy, and a test
+regenerates it and compares.
+"""
+
+from __future__ import annotations
+
+import sys
+from typing import Any
+
+import yaml
+
+from fireflow_operator.model import GROUP, KIND, PLURAL, SHORT_NAME, VERSION, PoolSpec
+
+_KEEP = {
+    "type", "description", "default", "minimum", "maximum", "minLength", "maxLength", "pattern", "enum",
+    "items", "properties", "required", "additionalProperties", "minItems", "maxItems",
+    "x-kubernetes-preserve-unknown-fields", "x-kubernetes-validations", "x-kubernetes-list-type",
+}  # fmt: skip
+
+
+def _structural(schema: dict[str, Any], defs: dict[str, Any]) -> dict[str, Any]:
+    """Pydantic's JSON schema -> a Kubernetes structural schema: refs inlined, `X | None` as X, no titles."""
+    if "$ref" in schema:
+        target = defs[schema["$ref"].rsplit("/", 1)[-1]]
+        merged = {**target, **{k: v for k, v in schema.items() if k != "$ref"}}
+        return _structural(merged, defs)
+    if "anyOf" in schema:
+        options = [s for s in schema["anyOf"] if s.get("type") != "null"]
+        assert len(options) == 1, f"only `X | None` unions map to a structural schema: {schema}"
+        rest = {k: v for k, v in schema.items() if k != "anyOf"}
+        return _structural({**options[0], **rest}, defs)
+    out: dict[str, Any] = {}
+    for key, value in schema.items():
+        if (
+            key not in _KEEP
+            or (key == "default" and value is None)
+            or isinstance(value, bool)
+            and key == "additionalProperties"
+        ):
+            continue
+        if key == "properties":
+            out[key] = {name: _structural(prop, defs) for name, prop in value.items()}
+        elif key in ("items", "additionalProperties") and isinstance(value, dict):
+            out[key] = _structural(value, defs)
+        else:
+            out[key] = value
+    if out.get("x-kubernetes-preserve-unknown-fields") and "type" not in out:
+        out["type"] = "object"
+    if out.get("type") == "object" and "properties" in out and "default" not in out and "required" not in out:
+        # An absent section still gets its fields' defaults from the API server.
+        out["default"] = {}
+    return out
+
+
+STATUS_SCHEMA: dict[str, Any] = {
+    "type": "object",
+    "x-kubernetes-preserve-unknown-fields": True,
+    "properties": {
+        "phase": {"type": "string"},
+        "phaseReason": {"type": "string"},
+        "observedGeneration": {"type": "integer"},
+        "replicas": {"type": "integer"},
+        "readyReplicas": {"type": "integer"},
+        "desiredReplicas": {"type": "integer"},
+        "selector": {"type": "string"},
+        "schemaVersion": {"type": "integer"},
+        "requiredSchemaVersion": {"type": "integer"},
+        "currentImage": {"type": "string"},
+        "targetImage": {"type": "string"},
+        "recoveredRuns": {"type": "integer"},
+        "conditions": {
+            "type": "array",
+            "x-kubernetes-list-type": "map",
+            "x-kubernetes-list-map-keys": ["type"],
+            "items": {
+                "type": "object",
+                "required": ["type", "status"],
+                "properties": {
+                    "type": {"type": "string"},
+                    "status": {"type": "string", "enum": ["True", "False", "Unknown"]},
+                    "reason": {"type": "string"},
+                    "message": {"type": "string"},
+                    "lastTransitionTime": {"type": "string", "format": "date-time"},
+                    "observedGeneration": {"type": "integer"},
+                },
+            },
+        },
+    },
+}
+
+
+def build_crd() -> dict[str, Any]:
+    schema = PoolSpec.model_json_schema(by_alias=True)
+    spec_schema = _structural(schema, schema.get("$defs", {}))
+    spec_schema.pop("default", None)  # spec itself is required
+    return {
+        "apiVersion": "apiextensions.k8s.io/v1",
+        "kind": "CustomResourceDefinition",
+        "metadata": {"name": f"{PLURAL}.{GROUP}"},
+        "spec": {
+            "group": GROUP,
+            "scope": "Namespaced",
+            "names": {
+                "kind": KIND,
+                "listKind": f"{KIND}List",
+                "plural": PLURAL,
+                "singular": KIND.lower(),
+                "shortNames": [SHORT_NAME],
+            },
+            "versions": [
+                {
+                    "name": VERSION,
+                    "served": True,
+                    "storage": True,
+                    "schema": {
+                        "openAPIV3Schema": {
+                            "type": "object",
+                            "description": "A pool of FireFlow workers running flows as durable DBOS workflows.",
+                            "required": ["spec"],
+                            "properties": {
+                                "apiVersion": {"type": "string"},
+                                "kind": {"type": "string"},
+                                "metadata": {"type": "object"},
+                                "spec": spec_schema,
+                                "status": STATUS_SCHEMA,
+                            },
+                        }
+                    },
+                    "subresources": {
+                        "status": {},
+                        "scale": {
+                            "specReplicasPath": ".spec.replicas",
+                            "statusReplicasPath": ".status.replicas",
+                            "labelSelectorPath": ".status.selector",
+                        },
+                    },
+                    "additionalPrinterColumns": [
+                        {"name": "Desired", "type": "integer", "jsonPath": ".status.desiredReplicas"},
+                        {"name": "Ready", "type": "integer", "jsonPath": ".status.readyReplicas"},
+                        {"name": "Schema", "type": "integer", "jsonPath": ".status.schemaVersion"},
+                        {"name": "Phase", "type": "string", "jsonPath": ".status.phase"},
+                        {"name": "Age", "type": "date", "jsonPath": ".metadata.creationTimestamp"},
+                    ],
+                }
+            ],
+        },
+    }
+
+
+def render_crd() -> str:
+    header = "# Generated by `python -m fireflow_operator.crd` from fireflow_operator/model.py; do not edit.\n"
+    return header + yaml.safe_dump(build_crd(), sort_keys=False, width=120)
+
+
+if __name__ == "__main__":
+    sys.stdout.write(render_crd())

@@ -1,0 +1,138 @@
+"""Every kopf registration, and nothing else: each handler delegates to `reconcile`.
+
+A pool is reconciled when it changes, when one of its children (StatefulSet, Job, Pod) changes, and every
+`resync_seconds`; reconciles of one pool never overlap. Errors in a reconcile are logged and retried on the
+next trigger, never in a hot loop.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Mapping
+from typing import Any
+
+import kopf
+from kubernetes import client, config
+
+from fireflow_operator import metrics, names
+from fireflow_operator.kube import Kube
+from fireflow_operator.model import GROUP, PLURAL, VERSION
+from fireflow_operator.reconcile import Reconciler, finalize
+from fireflow_operator.settings import OperatorSettings, load_settings
+
+log = logging.getLogger("fireflow.operator")
+FINALIZER = "fireflow.persistent.ai/recover-runs"
+_locks: dict[tuple[str, str], asyncio.Lock] = {}
+_requeues: dict[tuple[str, str], asyncio.TimerHandle] = {}
+_phases: dict[tuple[str, str], str] = {}
+
+
+class _State:
+    kube: Kube
+    settings: OperatorSettings
+    reconciler: Reconciler
+
+
+STATE = _State()
+
+
+@kopf.on.startup()
+def configure(settings: kopf.OperatorSettings, **_: Any) -> None:
+    STATE.settings = load_settings()
+    logging.getLogger().setLevel(STATE.settings.log_level)
+    try:
+        config.load_incluster_config()  # type: ignore[no-untyped-call]
+    except config.ConfigException:
+        config.load_kube_config()  # type: ignore[no-untyped-call]
+    STATE.kube = Kube.from_client(client.ApiClient())
+    STATE.reconciler = Reconciler(STATE.kube, STATE.settings)
+    # Our finalizer's name says what it guards; kopf keeps its own bookkeeping out of status.
+    settings.persistence.finalizer = FINALIZER
+    settings.persistence.progress_storage = kopf.AnnotationsProgressStorage(prefix="fireflow.persistent.ai")
+    settings.persistence.diffbase_storage = kopf.AnnotationsDiffBaseStorage(prefix="fireflow.persistent.ai")
+    settings.posting.level = logging.INFO
+    # Kopf's default 60 s watch re-lists are cheap reads; a server-side timeout keeps idle watches healthy.
+    settings.watching.server_timeout = 300
+    if STATE.settings.metrics_port:
+        from prometheus_client import start_http_server  # noqa: PLC0415
+
+        start_http_server(STATE.settings.metrics_port, addr=STATE.settings.metrics_host, registry=metrics.REGISTRY)
+
+
+async def _reconcile(namespace: str, name: str) -> None:
+    key = (namespace, name)
+    lock = _locks.setdefault(key, asyncio.Lock())
+    async with lock:
+        started = time.monotonic()
+        try:
+            fetched: Any = await asyncio.to_thread(
+                STATE.kube.custom.get_namespaced_custom_object, GROUP, VERSION, namespace, PLURAL, name
+            )
+        except client.ApiException as err:
+            if err.status == 404:
+                _locks.pop(key, None)
+                _phases.pop(key, None)
+                return
+            raise
+        body: dict[str, Any] = fetched
+        if body["metadata"].get("deletionTimestamp"):
+            return
+        try:
+            outcome = await asyncio.to_thread(STATE.reconciler.reconcile, body)
+        except Exception:
+            metrics.RECONCILES.labels("error").inc()
+            log.exception("reconcile of %s/%s failed; retrying in %s s", namespace, name, STATE.settings.resync_seconds)
+            _requeue(namespace, name, STATE.settings.resync_seconds)
+            return
+        finally:
+            metrics.RECONCILE_SECONDS.observe(time.monotonic() - started)
+        metrics.RECONCILES.labels("ok").inc()
+        _phases[key] = outcome.phase
+        for phase in ("Pending", "Migrating", "Running", "Degraded"):
+            metrics.POOLS.labels(phase).set(sum(1 for p in _phases.values() if p == phase))
+        for kind, reason, message in outcome.events:
+            kopf.event(kopf.Body(body), type=kind, reason=reason, message=message)  # type: ignore[arg-type]
+        if outcome.requeue_seconds is not None:
+            _requeue(namespace, name, outcome.requeue_seconds)
+
+
+def _requeue(namespace: str, name: str, delay: float) -> None:
+    key = (namespace, name)
+    pending = _requeues.get(key)
+    if pending is not None and not pending.cancelled() and pending.when() <= asyncio.get_running_loop().time() + delay:
+        return
+    if pending is not None:
+        pending.cancel()
+    loop = asyncio.get_running_loop()
+    _requeues[key] = loop.call_later(delay, lambda: asyncio.ensure_future(_reconcile(namespace, name)))
+
+
+@kopf.on.resume(GROUP, VERSION, PLURAL)
+@kopf.on.create(GROUP, VERSION, PLURAL)
+@kopf.on.update(GROUP, VERSION, PLURAL, field="spec")
+async def pool_changed(namespace: str | None, name: str, **_: Any) -> None:
+    await _reconcile(str(namespace), name)
+
+
+# Read at import: `main` validated the settings before importing this module.
+@kopf.timer(GROUP, VERSION, PLURAL, interval=load_settings().resync_seconds, initial_delay=5.0)
+async def pool_resync(namespace: str | None, name: str, **_: Any) -> None:
+    await _reconcile(str(namespace), name)
+
+
+@kopf.on.event("apps", "v1", "statefulsets", labels={names.LABEL_MANAGED_BY: names.MANAGER})
+@kopf.on.event("batch", "v1", "jobs", labels={names.LABEL_MANAGED_BY: names.MANAGER})
+@kopf.on.event("", "v1", "pods", labels={names.LABEL_MANAGED_BY: names.MANAGER})
+async def child_changed(namespace: str | None, labels: Mapping[str, str], **_: Any) -> None:
+    pool = labels.get(names.LABEL_POOL)
+    if pool:
+        await _reconcile(str(namespace), pool)
+
+
+@kopf.on.delete(GROUP, VERSION, PLURAL)
+async def pool_deleted(body: kopf.Body, **_: Any) -> None:
+    waiting = await asyncio.to_thread(finalize, STATE.kube, STATE.settings, dict(body))
+    if waiting is not None:
+        raise kopf.TemporaryError(waiting, delay=2)

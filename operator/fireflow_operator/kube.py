@@ -1,0 +1,114 @@
+"""Thin I/O helpers over the Kubernetes API: idempotent creates, replace-if-changed, status writes."""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import json
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any, TypeVar
+
+from kubernetes import client
+from kubernetes.client.exceptions import ApiException
+
+from fireflow_operator.model import GROUP, PLURAL, VERSION
+
+HASH_ANNOTATION = "fireflow.persistent.ai/spec-hash"
+T = TypeVar("T")
+
+
+def content_hash(obj: Any) -> str:
+    return hashlib.sha256(json.dumps(obj, sort_keys=True, default=str).encode()).hexdigest()[:16]
+
+
+def read_or_none(read: Callable[..., T], *args: Any) -> T | None:
+    try:
+        return read(*args)
+    except ApiException as err:
+        if err.status == 404:
+            return None
+        raise
+
+
+@dataclass
+class Kube:
+    """The API groups the operator uses, sharing one ApiClient."""
+
+    core: client.CoreV1Api
+    apps: client.AppsV1Api
+    batch: client.BatchV1Api
+    policy: client.PolicyV1Api
+    custom: client.CustomObjectsApi
+
+    @classmethod
+    def from_client(cls, api_client: client.ApiClient) -> Kube:
+        return cls(
+            core=client.CoreV1Api(api_client),
+            apps=client.AppsV1Api(api_client),
+            batch=client.BatchV1Api(api_client),
+            policy=client.PolicyV1Api(api_client),
+            custom=client.CustomObjectsApi(api_client),
+        )
+
+    def secret_value(self, namespace: str, name: str, key: str) -> str | None:
+        secret = read_or_none(self.core.read_namespaced_secret, name, namespace)
+        if secret is None or not secret.data or key not in secret.data:
+            return None
+        return base64.b64decode(secret.data[key]).decode().strip()
+
+    def create(self, create: Callable[..., Any], namespace: str, body: dict[str, Any]) -> None:
+        """Create; "already exists" (409) counts as success, so a repeated reconcile is harmless."""
+        try:
+            create(namespace, body)
+        except ApiException as err:
+            if err.status != 409:
+                raise
+
+    def upsert_statefulset(self, body: dict[str, Any], existing: Any | None) -> bool:
+        """Create or replace the StatefulSet when what we own in it changed; True when it wrote."""
+        spec = body["spec"]
+        digest = content_hash({k: v for k, v in spec.items() if k != "replicas"})
+        body["metadata"].setdefault("annotations", {})[HASH_ANNOTATION] = digest
+        namespace, name = body["metadata"]["namespace"], body["metadata"]["name"]
+        if existing is None:
+            self.create(self.apps.create_namespaced_stateful_set, namespace, body)
+            return True
+        current = existing.to_dict() if hasattr(existing, "to_dict") else existing
+        same_spec = (current["metadata"].get("annotations") or {}).get(HASH_ANNOTATION) == digest
+        same_replicas = "replicas" not in spec or current["spec"].get("replicas") == spec["replicas"]
+        if same_spec and same_replicas:
+            return False
+        body["metadata"]["resourceVersion"] = current["metadata"]["resource_version"]
+        if "replicas" not in spec:
+            spec["replicas"] = current["spec"].get("replicas")  # another owner's value, kept as it is
+        self.apps.replace_namespaced_stateful_set(name, namespace, body)  # type: ignore[arg-type]
+        return True
+
+    def list_pod_names(self, namespace: str, selector: dict[str, str]) -> set[str]:
+        label_selector = ",".join(f"{k}={v}" for k, v in selector.items())
+        pods = self.core.list_namespaced_pod(namespace, label_selector=label_selector).items
+        return {str(pod.metadata.name) for pod in pods if pod.metadata is not None}
+
+    def job_pods(self, namespace: str, job_name: str) -> list[Any]:
+        return list(self.core.list_namespaced_pod(namespace, label_selector=f"job-name={job_name}").items)
+
+    def list_pools(self, namespaces: list[str]) -> list[dict[str, Any]]:
+        """Every pool this operator may see: in `namespaces`, or cluster-wide when empty."""
+        if not namespaces:
+            listed: Any = self.custom.list_cluster_custom_object(GROUP, VERSION, PLURAL)
+            return list(listed.get("items", []))
+        pools: list[dict[str, Any]] = []
+        for namespace in namespaces:
+            listed = self.custom.list_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL)
+            pools += listed.get("items", [])
+        return pools
+
+    def write_status(self, namespace: str, name: str, old: dict[str, Any], new: dict[str, Any]) -> bool:
+        """Write the status unless nothing changed; True when it wrote."""
+        if old == new:
+            return False
+        # Keys that vanished must be nulled explicitly in a merge patch.
+        patch = {**{key: None for key in old if key not in new}, **new}
+        self.custom.patch_namespaced_custom_object_status(GROUP, VERSION, namespace, PLURAL, name, {"status": patch})
+        return True

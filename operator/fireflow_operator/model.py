@@ -1,0 +1,235 @@
+"""The FireflowWorkerPool spec: one pydantic model, the single source of the CRD's OpenAPI schema.
+
+`crd.py` turns this model into the CRD (`crds/`), so the schema the API server enforces and the model the
+operator validates with cannot drift; a test regenerates the CRD and compares. Rules that cross fields
+are CEL (`x-kubernetes-validations`), so the API server rejects them before the operator sees them; the
+same rules are checked here too, for objects that predate a CRD upgrade.
+"""
+
+from __future__ import annotations
+
+from enum import StrEnum
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic.alias_generators import to_camel
+
+GROUP = "fireflow.persistent.ai"
+VERSION = "v1alpha1"
+KIND = "FireflowWorkerPool"
+PLURAL = "fireflowworkerpools"
+SHORT_NAME = "ffwp"
+
+QUEUES = ("fireflow-executions", "fireflow-executions-background", "fireflow-sandbox", "fireflow-terminal")
+# The operator sets these; a pool's extra env may not override them.
+RESERVED_ENV = (
+    "DATABASE_URL_EXECUTIONS",
+    "FIREFLOW_WORKER_ID",
+    "DBOS__VMID",
+    "DBOS_RUN_MIGRATIONS",
+    "DBOS_APPLICATION_NAME",
+    "FIREFLOW_APPLICATION_VERSION",
+    "DBOS__APPVERSION",
+    "FIREFLOW_HEALTH_PORT",
+)
+
+
+_OPAQUE: dict[str, Any] = {"type": "object", "x-kubernetes-preserve-unknown-fields": True}
+
+
+def _k8s_object(description: str, *, array: bool = False) -> Any:
+    """A field whose value is a Kubernetes type the API server already knows (kept as-is, not re-modelled)."""
+    extra: dict[str, Any] = {"items": _OPAQUE, "maxItems": 100} if array else dict(_OPAQUE)
+    return Field(None, description=description, json_schema_extra=extra)
+
+
+class _Model(BaseModel):
+    model_config = ConfigDict(alias_generator=to_camel, populate_by_name=True, extra="forbid", frozen=True)
+
+
+class ImagePullPolicy(StrEnum):
+    ALWAYS = "Always"
+    IF_NOT_PRESENT = "IfNotPresent"
+    NEVER = "Never"
+
+
+class LogLevel(StrEnum):
+    DEBUG = "debug"
+    INFO = "info"
+    WARNING = "warning"
+    ERROR = "error"
+    CRITICAL = "critical"
+
+
+class SecretKeyRef(_Model):
+    name: str = Field(description="Secret in the pool's namespace.", min_length=1, max_length=253)
+    key: str = Field("url", description="Key holding the postgresql:// URL.", min_length=1, max_length=253)
+
+
+class DatabaseSpec(_Model):
+    """The executions database. The URL is only ever read from a Secret."""
+
+    model_config = ConfigDict(
+        json_schema_extra={
+            "x-kubernetes-validations": [
+                {
+                    "rule": "!has(self.url)",
+                    "message": "spec.database.url is not allowed: put the URL in a Secret and "
+                    "reference it with spec.database.secretRef",
+                }
+            ]
+        }
+    )
+
+    secret_ref: SecretKeyRef = Field(description="Where the postgresql:// URL of the database is.")
+    reserved_connections: int = Field(
+        10, ge=0, le=10_000, description="Connections kept free for everything that is not a worker pool."
+    )
+    url: str | None = Field(None, description="Not allowed; exists only to be rejected with a clear message.")
+
+
+class DbosSpec(_Model):
+    """The DBOS settings of the seed README's table; defaults are the seed's."""
+
+    application_name: str = Field(
+        "fireflow",
+        pattern=r"^[a-z0-9_-]{3,256}$",
+        description="DBOS application name; every pool on one database must use the same. Immutable.",
+        json_schema_extra={
+            "x-kubernetes-validations": [{"rule": "self == oldSelf", "message": "applicationName is immutable"}]
+        },
+    )
+    application_version: str = Field(
+        "1",
+        min_length=1,
+        max_length=128,
+        pattern=r"^[A-Za-z0-9._-]+$",
+        description="Pinned DBOS application version; change it only for an incompatible engine change.",
+    )
+    worker_concurrency: int = Field(50, ge=1, le=10_000, description="Runs one worker executes at once.")
+    queue_concurrency: int = Field(0, ge=0, le=1_000_000, description="Runs at once across all workers; 0 = no cap.")
+    polling_interval_ms: int = Field(50, ge=1, le=600_000, description="Queue polling interval.")
+    system_database_pool_size: int = Field(30, ge=2, le=1_000, description="Connections per worker process.")
+    shutdown_drain_timeout_ms: int = Field(
+        25_000, ge=0, le=3_600_000, description="How long SIGTERM waits for running runs."
+    )
+    log_level: LogLevel = Field(LogLevel.INFO, description="DBOS log level.")
+    provision_cache_ttl_ms: int = Field(10_000, ge=0, le=86_400_000, description="Stored-flow cache TTL; 0 = off.")
+    sandbox_queue_concurrency: int = Field(10, ge=1, le=10_000, description="Worker concurrency of fireflow-sandbox.")
+    terminal_queue_concurrency: int = Field(10, ge=1, le=10_000, description="Worker concurrency of fireflow-terminal.")
+
+
+class MigrationSpec(_Model):
+    lock_timeout_ms: int = Field(5_000, ge=100, le=600_000, description="lock_timeout of the migration sessions.")
+    retries: int = Field(3, ge=0, le=100, description="Retries of a lock timeout inside one migration attempt.")
+    deadline_seconds: int = Field(600, ge=30, le=86_400, description="activeDeadlineSeconds of a migration Job.")
+
+
+class PodDisruptionBudgetSpec(_Model):
+    enabled: bool = Field(True, description="Create a PodDisruptionBudget (never with fewer than 2 replicas).")
+    max_unavailable: int = Field(1, ge=1, le=1_000, description="Pods a voluntary disruption may take at once.")
+
+
+class PoolSpec(_Model):
+    """Desired state of a FireflowWorkerPool."""
+
+    model_config = ConfigDict(
+        json_schema_extra={
+            "x-kubernetes-validations": [
+                {
+                    "rule": "self.dbos.shutdownDrainTimeoutMs < self.terminationGracePeriodSeconds * 1000",
+                    "message": "spec.dbos.shutdownDrainTimeoutMs must be below "
+                    "spec.terminationGracePeriodSeconds (in ms), or pods are killed mid-drain",
+                }
+            ]
+        }
+    )
+
+    image: str = Field(min_length=1, max_length=512, pattern=r"^\S+$", description="The worker image.")
+    image_pull_policy: ImagePullPolicy = Field(ImagePullPolicy.IF_NOT_PRESENT, description="Image pull policy.")
+    image_pull_secrets: list[dict[str, Any]] | None = _k8s_object("LocalObjectReferences to pull secrets.", array=True)
+    replicas: int | None = Field(
+        None, ge=0, le=1_000, description="Desired workers. Unset: an autoscaler owns the count (see /scale)."
+    )
+    database: DatabaseSpec = Field(description="The executions database.")
+    dbos: DbosSpec = Field(
+        default_factory=lambda: DbosSpec.model_validate({}), description="DBOS settings (the seed's env table)."
+    )
+    queues: list[str] = Field(
+        default_factory=lambda: list(QUEUES),
+        min_length=1,
+        max_length=4,
+        description="Queues this pool serves.",
+        json_schema_extra={
+            "items": {"type": "string", "enum": list(QUEUES)},
+            "x-kubernetes-list-type": "set",
+            "default": list(QUEUES),
+        },
+    )
+    migration: MigrationSpec = Field(
+        default_factory=lambda: MigrationSpec.model_validate({}), description="Schema migration settings."
+    )
+    termination_grace_period_seconds: int = Field(30, ge=1, le=86_400, description="Pod termination grace period.")
+    pod_disruption_budget: PodDisruptionBudgetSpec = Field(
+        default_factory=lambda: PodDisruptionBudgetSpec.model_validate({}),
+        description="PodDisruptionBudget of the pool.",
+    )
+    resources: dict[str, Any] | None = _k8s_object("Container resources (requests/limits).")
+    node_selector: dict[str, str] | None = Field(None, description="Pod node selector.")
+    tolerations: list[dict[str, Any]] | None = _k8s_object("Pod tolerations.", array=True)
+    affinity: dict[str, Any] | None = _k8s_object("Pod affinity.")
+    topology_spread_constraints: list[dict[str, Any]] | None = _k8s_object(
+        "Pod topology spread constraints.", array=True
+    )
+    pod_annotations: dict[str, str] | None = Field(None, description="Extra pod annotations.")
+    pod_labels: dict[str, str] | None = Field(None, description="Extra pod labels (never the selector's).")
+    service_account_name: str | None = Field(None, max_length=253, description="Service account of the pods.")
+    priority_class_name: str | None = Field(None, max_length=253, description="Priority class of the pods.")
+    security_context: dict[str, Any] | None = _k8s_object("Container security context (defaults are non-root).")
+    pod_security_context: dict[str, Any] | None = _k8s_object("Pod security context.")
+    env: list[dict[str, Any]] | None = Field(
+        None,
+        description="Extra environment variables of the worker container.",
+        json_schema_extra={
+            "maxItems": 200,
+            "items": {
+                "type": "object",
+                "required": ["name"],
+                "properties": {
+                    "name": {"type": "string", "minLength": 1, "maxLength": 253},
+                    "value": {"type": "string"},
+                    "valueFrom": _OPAQUE,
+                },
+            },
+            "x-kubernetes-validations": [
+                {
+                    "rule": "self.all(e, !(e.name in " + str(list(RESERVED_ENV)).replace("'", '"') + "))",
+                    "message": "spec.env may not set a variable the operator manages: " + ", ".join(RESERVED_ENV),
+                }
+            ],
+        },
+    )
+
+    @model_validator(mode="after")
+    def _cross_field_rules(self) -> PoolSpec:
+        if self.database.url is not None:
+            raise ValueError(
+                "spec.database.url is not allowed: put the URL in a Secret and reference it with "
+                "spec.database.secretRef"
+            )
+        if self.dbos.shutdown_drain_timeout_ms >= self.termination_grace_period_seconds * 1000:
+            raise ValueError(
+                "spec.dbos.shutdownDrainTimeoutMs must be below spec.terminationGracePeriodSeconds "
+                "(in ms), or pods are killed mid-drain"
+            )
+        if len(set(self.queues)) != len(self.queues) or not set(self.queues) <= set(QUEUES):
+            raise ValueError(f"spec.queues must be distinct names among {', '.join(QUEUES)}")
+        reserved = [e.get("name") for e in self.env or [] if e.get("name") in RESERVED_ENV]
+        if reserved:
+            raise ValueError(f"spec.env may not set a variable the operator manages: {reserved[0]}")
+        return self
+
+
+def parse_spec(spec: dict[str, Any]) -> PoolSpec:
+    """Validate a pool's spec (raises pydantic.ValidationError)."""
+    return PoolSpec.model_validate(spec)

@@ -1,0 +1,66 @@
+"""Every name, label and annotation key the operator uses, from one place."""
+
+from __future__ import annotations
+
+import hashlib
+
+LABEL_NAME = "app.kubernetes.io/name"
+LABEL_INSTANCE = "app.kubernetes.io/instance"
+LABEL_COMPONENT = "app.kubernetes.io/component"
+LABEL_MANAGED_BY = "app.kubernetes.io/managed-by"
+LABEL_POOL = "fireflow.persistent.ai/pool"
+LABEL_MIGRATION_TARGET = "fireflow.persistent.ai/migration-target"
+ANNOTATION_TARGET = "fireflow.persistent.ai/target"
+
+WORKER_APP = "fireflow-worker"
+MIGRATION_APP = "fireflow-migration"  # never matched by the workers' selector (StatefulSet, Service, PDB)
+WORKER_COMPONENT = "worker"
+MANAGER = "fireflow-operator"
+HEALTH_PORT = 8080
+HEALTH_PORT_NAME = "http"
+CONTAINER_NAME = "worker"
+JOB_NAME_MAX = 63  # Job names become pod label values
+
+
+def selector_labels(pool_name: str) -> dict[str, str]:
+    """The only labels a selector uses: stable for the life of the pool."""
+    return {LABEL_NAME: WORKER_APP, LABEL_INSTANCE: pool_name}
+
+
+def common_labels(pool_name: str, component: str) -> dict[str, str]:
+    app = WORKER_APP if component == WORKER_COMPONENT else MIGRATION_APP
+    return {
+        LABEL_NAME: app,
+        LABEL_INSTANCE: pool_name,
+        LABEL_COMPONENT: component,
+        LABEL_MANAGED_BY: MANAGER,
+        LABEL_POOL: pool_name,
+    }
+
+
+def statefulset_name(pool_name: str) -> str:
+    return pool_name
+
+
+def headless_service_name(pool_name: str) -> str:
+    return f"{pool_name}-workers"
+
+
+def pdb_name(pool_name: str) -> str:
+    return pool_name
+
+
+def executor_id(namespace: str, pod_name: str) -> str:
+    """A worker's DBOS executor id: unique across every pool on a database, stable across restarts."""
+    return f"{namespace}.{pod_name}"
+
+
+def target_hash(image: str, application_version: str) -> str:
+    """Identifies one (image, application version) rollout target; part of its migration Job names."""
+    return hashlib.sha256(f"{image}\n{application_version}".encode()).hexdigest()[:10]
+
+
+def migration_job_name(pool_name: str, mode: str, target: str, attempt: int) -> str:
+    """Deterministic, so an operator restarted mid-migration finds its Job instead of starting another."""
+    suffix = f"-{mode}-{target}-{attempt}"
+    return pool_name[: JOB_NAME_MAX - len(suffix)].rstrip("-.") + suffix

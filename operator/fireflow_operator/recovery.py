@@ -1,0 +1,65 @@
+"""No stranded runs: a departed worker's PENDING runs are handed back to the queue.
+
+DBOS recovers a PENDING run only in a process launched with the run's executor id. A StatefulSet pod whose
+ordinal is at or above the replica count will not come back, so nothing would ever finish its runs. Once
+such a pod is certainly gone (its Pod object no longer exists: the process has exited), its PENDING runs
+are resumed through DBOS, which re-enqueues them for any remaining worker. Never earlier: two live
+processes on one run would run its current step twice.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+import psycopg
+
+
+def stranded_executors(
+    pending_executors: Iterable[str], *, namespace: str, statefulset: str, replicas: int, live_pods: set[str]
+) -> list[str]:
+    """Executor ids of this pool's pods that will not return (ordinal >= replicas) and are gone."""
+    prefix = f"{namespace}.{statefulset}-"
+    stranded = []
+    for executor in pending_executors:
+        ordinal = executor.removeprefix(prefix)
+        if executor == ordinal or not ordinal.isdigit():
+            continue
+        pod = f"{statefulset}-{ordinal}"
+        if int(ordinal) >= replicas and pod not in live_pods:
+            stranded.append(executor)
+    return sorted(stranded)
+
+
+def pending_executors(url: str, namespace: str, statefulset: str, *, timeout_seconds: int) -> list[str]:
+    prefix = f"{namespace}.{statefulset}-"
+    with psycopg.connect(url, connect_timeout=timeout_seconds, application_name="fireflow-operator") as conn:
+        rows = conn.execute(
+            "SELECT DISTINCT executor_id FROM dbos.workflow_status WHERE status = 'PENDING' AND executor_id LIKE %s",
+            (prefix.replace("_", r"\_") + "%",),
+        ).fetchall()
+    return [str(row[0]) for row in rows]
+
+
+def resume_runs_of(url: str, application_name: str, executors: list[str], *, timeout_seconds: int) -> int:
+    """Re-enqueue the PENDING runs of `executors`; returns how many were handed back."""
+    if not executors:
+        return 0
+    with psycopg.connect(url, connect_timeout=timeout_seconds, application_name="fireflow-operator") as conn:
+        rows = conn.execute(
+            "SELECT workflow_uuid, queue_name FROM dbos.workflow_status "
+            "WHERE status = 'PENDING' AND executor_id = ANY(%s)",
+            (executors,),
+        ).fetchall()
+    runs = [(str(row[0]), row[1]) for row in rows]
+    if not runs:
+        return 0
+    from dbos import DBOSClient  # noqa: PLC0415 - heavy; only needed when something is stranded
+
+    client = DBOSClient(system_database_url=url, application_name=application_name, system_database_pool_size=2)
+    try:
+        for run_id, queue in runs:
+            # Back onto its own queue, so the pool's workers claim it under the queue's concurrency limits.
+            client.resume_workflow(run_id, queue_name=queue)
+    finally:
+        client.destroy()
+    return len(runs)

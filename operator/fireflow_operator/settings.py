@@ -1,0 +1,55 @@
+"""Operator settings from `FIREFLOW_OPERATOR_*` environment variables, validated once at start."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from typing import Annotated, Any, Literal
+
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationError
+
+
+class SettingsError(Exception):
+    """One printable line naming the variable and what is accepted."""
+
+
+def _split(value: Any) -> Any:
+    if isinstance(value, str):
+        return [part.strip() for part in value.split(",") if part.strip()]
+    return value
+
+
+class OperatorSettings(BaseModel):
+    model_config = ConfigDict(frozen=True, populate_by_name=True)
+
+    # Namespaces whose pools this operator reconciles; empty = every namespace (cluster-wide RBAC needed).
+    namespaces: Annotated[list[str], BeforeValidator(_split)] = Field(
+        default_factory=list, alias="FIREFLOW_OPERATOR_NAMESPACES"
+    )
+    # Where the operator's own metrics are served.
+    metrics_host: str = Field("0.0.0.0", alias="FIREFLOW_OPERATOR_METRICS_HOST")  # noqa: S104 - scraped via the pod IP
+    # Prometheus metrics of the operator itself; 0 turns the endpoint off.
+    metrics_port: int = Field(8080, ge=0, le=65_535, alias="FIREFLOW_OPERATOR_METRICS_PORT")
+    # Liveness endpoint (kopf's) for the operator's own probe.
+    health_port: int = Field(8081, ge=1, le=65_535, alias="FIREFLOW_OPERATOR_HEALTH_PORT")
+    # How often every pool is looked at even when nothing changed (writes happen only on change).
+    resync_seconds: float = Field(30, ge=1, le=3_600, alias="FIREFLOW_OPERATOR_RESYNC_SECONDS")
+    # Connect and statement timeout of the operator's own database checks.
+    database_timeout_seconds: int = Field(5, ge=1, le=60, alias="FIREFLOW_OPERATOR_DATABASE_TIMEOUT_SECONDS")
+    # First back-off before a failed migration is tried again (doubling, at most 10 minutes).
+    migration_retry_seconds: float = Field(30, ge=1, le=3_600, alias="FIREFLOW_OPERATOR_MIGRATION_RETRY_SECONDS")
+    log_level: Literal["DEBUG", "INFO", "WARNING", "ERROR"] = Field("INFO", alias="FIREFLOW_OPERATOR_LOG_LEVEL")
+
+
+def load_settings(environ: Mapping[str, str] | None = None) -> OperatorSettings:
+    env = os.environ if environ is None else environ
+    aliases = {info.alias for info in OperatorSettings.model_fields.values() if info.alias}
+    values: dict[str, Any] = {k: v for k, v in env.items() if k in aliases and v.strip() != ""}
+    if "FIREFLOW_OPERATOR_LOG_LEVEL" in values:
+        values["FIREFLOW_OPERATOR_LOG_LEVEL"] = values["FIREFLOW_OPERATOR_LOG_LEVEL"].upper()
+    try:
+        return OperatorSettings.model_validate(values)
+    except ValidationError as err:
+        first = err.errors(include_url=False)[0]
+        alias = str(first["loc"][0]) if first.get("loc") else "settings"
+        raise SettingsError(f"invalid {alias}={values.get(alias, '')!r}: {first['msg']}") from None

@@ -1,0 +1,144 @@
+"""Operator-tier fixtures: the operator as a real process against the Go-built control plane, and a real
+PostgreSQL that the pool's worker pods (local processes on the process node) connect to."""
+
+from __future__ import annotations
+
+import base64
+import os
+import subprocess
+import sys
+import tempfile
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from kubernetes.client import ApiClient, CoreV1Api, CustomObjectsApi
+from kubernetes.client.exceptions import ApiException
+
+from fireflow_operator.model import GROUP, PLURAL, VERSION
+from fireflow_worker.local_postgres import LocalPostgres, free_port
+from tests.kube.cluster import Cluster
+
+OPERATOR_BIN = str(Path(sys.executable).with_name("fireflow-operator"))
+WAIT = 180.0
+
+
+class OperatorProcess:
+    def __init__(self, cluster: Cluster) -> None:
+        self.cluster = cluster
+        self.log_path = Path(tempfile.mkstemp(prefix="fireflow-operator-", suffix=".log")[1])
+        self.process: subprocess.Popen[bytes] | None = None
+
+    def start(self) -> OperatorProcess:
+        env = {
+            **os.environ,
+            "KUBECONFIG": str(self.cluster.kubeconfig),
+            "FIREFLOW_OPERATOR_METRICS_HOST": "127.0.0.1",
+            "FIREFLOW_OPERATOR_METRICS_PORT": str(free_port()),
+            "FIREFLOW_OPERATOR_HEALTH_PORT": str(free_port()),
+            "FIREFLOW_OPERATOR_RESYNC_SECONDS": "5",
+            "FIREFLOW_OPERATOR_MIGRATION_RETRY_SECONDS": "3",
+        }
+        with self.log_path.open("ab") as log:
+            self.process = subprocess.Popen([OPERATOR_BIN], env=env, stdout=log, stderr=subprocess.STDOUT)
+        return self
+
+    def output(self) -> str:
+        return self.log_path.read_text(errors="replace")
+
+    def kill(self) -> None:
+        if self.process is not None and self.process.poll() is None:
+            self.process.kill()
+            self.process.wait()
+
+    def stop(self) -> None:
+        if self.process is not None and self.process.poll() is None:
+            self.process.terminate()
+            try:
+                self.process.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+
+
+@pytest.fixture
+def operator(kube_cluster: Cluster) -> Iterator[OperatorProcess]:
+    process = OperatorProcess(kube_cluster).start()
+    yield process
+    process.stop()
+    print(process.output()[-20_000:])  # shown by pytest for a failed test
+
+
+@pytest.fixture(scope="session")
+def operator_postgres() -> Iterator[LocalPostgres]:
+    server = LocalPostgres(max_connections=400)
+    server.start()
+    yield server
+    server.stop()
+
+
+@pytest.fixture
+def pool_database(operator_postgres: LocalPostgres) -> str:
+    return operator_postgres.create_database(f"p_{uuid.uuid4().hex[:10]}")
+
+
+def create_secret(api: ApiClient, namespace: str, url: str, name: str = "fireflow-db") -> None:
+    CoreV1Api(api).create_namespaced_secret(
+        namespace, {"metadata": {"name": name}, "data": {"url": base64.b64encode(url.encode()).decode()}}
+    )
+
+
+def pool_body(name: str, **spec: Any) -> dict[str, Any]:
+    return {
+        "apiVersion": f"{GROUP}/{VERSION}",
+        "kind": "FireflowWorkerPool",
+        "metadata": {"name": name},
+        "spec": {
+            "image": "fireflow-worker:1",
+            "database": {"secretRef": {"name": "fireflow-db"}},
+            "dbos": {"pollingIntervalMs": 50, "shutdownDrainTimeoutMs": 3000},
+            "terminationGracePeriodSeconds": 10,
+            **spec,
+        },
+    }
+
+
+def get_pool(api: ApiClient, namespace: str, name: str) -> dict[str, Any]:
+    pool: Any = CustomObjectsApi(api).get_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, name)
+    return dict(pool)
+
+
+def wait_until(what: str, predicate: Callable[[], Any], timeout: float = WAIT) -> Any:
+    deadline = time.monotonic() + timeout
+    last: Any = None
+    while time.monotonic() < deadline:
+        try:
+            last = predicate()
+        except ApiException as err:
+            if err.status != 404:
+                raise
+            last = None
+        if last:
+            return last
+        time.sleep(0.25)
+    raise AssertionError(f"timed out waiting for {what}")
+
+
+def condition(pool: dict[str, Any], kind: str) -> dict[str, Any]:
+    for cond in (pool.get("status") or {}).get("conditions") or []:
+        if cond["type"] == kind:
+            return dict(cond)
+    return {}
+
+
+def wait_for_condition(
+    api: ApiClient, namespace: str, name: str, kind: str, status: str = "True", timeout: float = WAIT
+) -> dict[str, Any]:
+    def check() -> dict[str, Any] | None:
+        pool = get_pool(api, namespace, name)
+        return pool if condition(pool, kind).get("status") == status else None
+
+    result: dict[str, Any] = wait_until(f"{name} to have {kind}={status}", check, timeout)
+    return result

@@ -1,0 +1,51 @@
+"""A valid pool becomes exactly its children and a Ready, migrated pool of workers."""
+
+from __future__ import annotations
+
+from kubernetes.client import ApiClient, AppsV1Api, BatchV1Api, CoreV1Api, CustomObjectsApi, PolicyV1Api
+
+from fireflow_operator.model import GROUP, PLURAL, VERSION
+from fireflow_worker import migrate
+from tests.operator.conftest import OperatorProcess, condition, create_secret, pool_body, wait_for_condition
+
+
+def test_should_create_exactly_the_expected_children_and_become_ready(
+    kube_api: ApiClient, kube_namespace: str, operator: OperatorProcess, pool_database: str
+) -> None:
+    ns = kube_namespace
+    create_secret(kube_api, ns, pool_database)
+    CustomObjectsApi(kube_api).create_namespaced_custom_object(
+        GROUP, VERSION, ns, PLURAL, pool_body("workers", replicas=2)
+    )
+    pool = wait_for_condition(kube_api, ns, "workers", "Ready")
+    status = pool["status"]
+    assert status["phase"] == "Running"
+    assert status["readyReplicas"] == 2
+    assert status["schemaVersion"] == migrate.required_version()
+    assert condition(pool, "SchemaReady")["status"] == "True"
+    assert condition(pool, "ConnectionBudget")["status"] == "True"
+    assert status["selector"] == "app.kubernetes.io/name=fireflow-worker,app.kubernetes.io/instance=workers"
+
+    sts = AppsV1Api(kube_api).read_namespaced_stateful_set("workers", ns)
+    assert sts.spec.replicas == 2
+    assert sts.spec.pod_management_policy == "Parallel"
+    env = {e.name: e for e in sts.spec.template.spec.containers[0].env}
+    assert env["FIREFLOW_WORKER_ID"].value == "$(POD_NAMESPACE).$(POD_NAME)"
+    assert env["DBOS_RUN_MIGRATIONS"].value == "false"
+    assert env["DATABASE_URL_EXECUTIONS"].value_from.secret_key_ref.name == "fireflow-db"
+    services = CoreV1Api(kube_api).list_namespaced_service(ns).items
+    assert [s.metadata.name for s in services] == ["workers-workers"]
+    assert services[0].spec.cluster_ip == "None"
+    assert [p.metadata.name for p in PolicyV1Api(kube_api).list_namespaced_pod_disruption_budget(ns).items] == [
+        "workers"
+    ]
+    jobs = sorted(j.metadata.name for j in BatchV1Api(kube_api).list_namespaced_job(ns).items)
+    assert len(jobs) == 2 and "-plan-" in jobs[1] and "-apply-" in jobs[0]
+    for child in [sts, services[0]]:
+        owner = child.metadata.owner_references[0]
+        assert (owner.kind, owner.name, owner.controller) == ("FireflowWorkerPool", "workers", True)
+    pods = CoreV1Api(kube_api).list_namespaced_pod(ns, label_selector="app.kubernetes.io/instance=workers").items
+    worker_pods = sorted(
+        p.metadata.name for p in pods if p.metadata.labels.get("app.kubernetes.io/component") == "worker"
+    )
+    assert worker_pods == ["workers-0", "workers-1"]
