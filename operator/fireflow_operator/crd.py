@@ -36,8 +36,8 @@ def _structural(schema: dict[str, Any], defs: dict[str, Any]) -> dict[str, Any]:
         if (
             key not in _KEEP
             or (key == "default" and value is None)
-            or isinstance(value, bool)
-            and key == "additionalProperties"
+            or (isinstance(value, bool)
+            and key == "additionalProperties")
         ):
             continue
         if key == "properties":

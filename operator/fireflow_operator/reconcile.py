@@ -28,7 +28,9 @@ from fireflow_operator.builders import (
 )
 from fireflow_operator.kube import Kube, read_or_none
 from fireflow_operator.model import parse_spec
+from fireflow_operator.scaling import ReplicaPlan, plan_replicas
 from fireflow_operator.settings import OperatorSettings
+from fireflow_operator.summary import summarize
 
 log = logging.getLogger("fireflow.operator")
 
@@ -90,100 +92,92 @@ def _job_observation(kube: Kube, namespace: str, job_name: str) -> migration.Job
     return migration.JobObservation(state, summary, message[-1000:])
 
 
+@dataclass
+class StatusDraft:
+    """The status being built in one reconcile; conditions redact the database URL's secret."""
+
+    namespace: str
+    name: str
+    old: dict[str, Any]
+    new: dict[str, Any]
+    generation: int
+    outcome: Outcome = field(default_factory=Outcome)
+    url: str | None = None
+
+    @classmethod
+    def start(cls, body: dict[str, Any]) -> StatusDraft:
+        meta = body["metadata"]
+        old = dict(body.get("status") or {})
+        old.pop("kopf", None)
+        new = json.loads(json.dumps(old))
+        new["observedGeneration"] = int(meta.get("generation", 0))
+        new["selector"] = ",".join(f"{k}={v}" for k, v in names.selector_labels(meta["name"]).items())
+        return cls(meta["namespace"], meta["name"], old, new, new["observedGeneration"])
+
+    def cond(self, kind: str, ok: bool | None, reason: str, message: str) -> None:
+        current = list(self.new.get("conditions") or [])
+        self.new["conditions"] = conditions.set_condition(
+            current, kind, ok, reason, redact(message, self.url), self.generation
+        )
+
+    def event(self, kind: str, reason: str, message: str) -> None:
+        self.outcome.events.append((kind, reason, redact(message, self.url)))
+
+    def blocked(self, reason: str, message: str, *, not_ready: bool = False) -> None:
+        """The pool cannot proceed: Degraded with `reason`, and nothing else is touched."""
+        self.cond(conditions.DEGRADED_CONDITION, True, reason, message)
+        if not_ready:
+            self.cond(conditions.READY, False, reason, message)
+        self.new["phase"], self.new["phaseReason"] = conditions.DEGRADED, reason
+
+
 class Reconciler:
     def __init__(self, kube: Kube, settings: OperatorSettings) -> None:
         self.kube = kube
         self.settings = settings
 
     def reconcile(self, body: dict[str, Any]) -> Outcome:
-        meta = body["metadata"]
-        namespace, name = meta["namespace"], meta["name"]
-        generation = int(meta.get("generation", 0))
-        old_status: dict[str, Any] = dict(body.get("status") or {})
-        old_status.pop("kopf", None)
-        status = json.loads(json.dumps(old_status))
-        status["observedGeneration"] = generation
-        status["selector"] = ",".join(f"{k}={v}" for k, v in names.selector_labels(name).items())
-        outcome = Outcome()
-        conds: list[dict[str, Any]] = list(status.get("conditions") or [])
-        url: str | None = None
+        draft = StatusDraft.start(body)
+        self._reconcile(body, draft)
+        return self._finish(draft)
 
-        def cond(kind: str, ok: bool | None, reason: str, message: str) -> None:
-            nonlocal conds
-            conds = conditions.set_condition(conds, kind, ok, reason, redact(message, url), generation)
-
+    def _reconcile(self, body: dict[str, Any], draft: StatusDraft) -> None:
         try:
             spec = parse_spec(body.get("spec") or {})
         except ValidationError as err:
-            cond(conditions.DEGRADED_CONDITION, True, conditions.REASON_INVALID_SPEC, _first_error(err))
-            cond(conditions.READY, False, conditions.REASON_INVALID_SPEC, "the spec is invalid; nothing was changed")
-            return self._finish(
-                namespace, name, old_status, status, conds, conditions.DEGRADED, conditions.REASON_INVALID_SPEC, outcome
+            draft.cond(
+                conditions.READY, False, conditions.REASON_INVALID_SPEC, "the spec is invalid; nothing was changed"
             )
-        pool = Pool(name=name, namespace=namespace, uid=meta["uid"], spec=spec)
-        status["targetImage"] = spec.image
-
+            draft.blocked(conditions.REASON_INVALID_SPEC, _first_error(err))
+            return
+        pool = Pool(name=draft.name, namespace=draft.namespace, uid=body["metadata"]["uid"], spec=spec)
+        draft.new["targetImage"] = spec.image
         ref = spec.database.secret_ref
-        url = self.kube.secret_value(namespace, ref.name, ref.key)
-        if url is None:
-            cond(
-                conditions.DEGRADED_CONDITION,
-                True,
-                conditions.REASON_SECRET_MISSING,
-                f"Secret {ref.name!r} with key {ref.key!r} not found in namespace {namespace}",
-            )
-            return self._finish(
-                namespace,
-                name,
-                old_status,
-                status,
-                conds,
-                conditions.DEGRADED,
-                conditions.REASON_SECRET_MISSING,
-                outcome,
-            )
-
+        draft.url = self.kube.secret_value(pool.namespace, ref.name, ref.key)
+        if draft.url is None:
+            message = f"Secret {ref.name!r} with key {ref.key!r} not found in namespace {pool.namespace}"
+            draft.blocked(conditions.REASON_SECRET_MISSING, message)
+            return
         try:
             facts = budget.probe_database(
-                url, spec.dbos.application_name, timeout_seconds=self.settings.database_timeout_seconds
+                draft.url, spec.dbos.application_name, timeout_seconds=self.settings.database_timeout_seconds
             )
         except psycopg.Error as err:
             message = f"cannot reach the database: {' '.join(str(err).split())}"
-            cond(conditions.CONNECTION_BUDGET, None, conditions.REASON_DATABASE_UNREACHABLE, message)
-            cond(conditions.DEGRADED_CONDITION, True, conditions.REASON_DATABASE_UNREACHABLE, message)
-            outcome.requeue_seconds = self.settings.resync_seconds
-            return self._finish(
-                namespace,
-                name,
-                old_status,
-                status,
-                conds,
-                conditions.DEGRADED,
-                conditions.REASON_DATABASE_UNREACHABLE,
-                outcome,
-            )
-        status["schemaVersion"] = facts.schema_version
-
+            draft.cond(conditions.CONNECTION_BUDGET, None, conditions.REASON_DATABASE_UNREACHABLE, message)
+            draft.blocked(conditions.REASON_DATABASE_UNREACHABLE, message)
+            draft.outcome.requeue_seconds = self.settings.resync_seconds
+            return
+        draft.new["schemaVersion"] = facts.schema_version
         if facts.foreign_applications:
             message = (
                 f"the database's fireflow queues belong to application(s) {', '.join(facts.foreign_applications)}, "
                 f"not {spec.dbos.application_name!r}; every pool on one database must use the same "
                 f"spec.dbos.applicationName. Nothing was rolled out."
             )
-            cond(conditions.DEGRADED_CONDITION, True, conditions.REASON_APPLICATION_CONFLICT, message)
-            cond(conditions.READY, False, conditions.REASON_APPLICATION_CONFLICT, message)
-            return self._finish(
-                namespace,
-                name,
-                old_status,
-                status,
-                conds,
-                conditions.DEGRADED,
-                conditions.REASON_APPLICATION_CONFLICT,
-                outcome,
-            )
-
-        return self._reconcile_children(pool, url, facts, old_status, status, conds, outcome)
+            draft.blocked(conditions.REASON_APPLICATION_CONFLICT, message, not_ready=True)
+            return
+        self._reconcile_children(pool, draft.url, facts, draft)
 
     def _other_pools_need(self, pool: Pool, database: str) -> int:
         total = 0
@@ -196,36 +190,17 @@ class Reconciler:
                 total += int(other_budget.get("needed", 0))
         return total
 
-    def _reconcile_children(
-        self,
-        pool: Pool,
-        url: str,
-        facts: budget.DatabaseFacts,
-        old_status: dict[str, Any],
-        status: dict[str, Any],
-        conds: list[dict[str, Any]],
-        outcome: Outcome,
-    ) -> Outcome:
+    def _gate(self, pool: Pool, draft: StatusDraft, sts: Any, live_pods: set[str]) -> migration.MigrationStep:
+        """Advance the migration gate one step and create the Job it asks for."""
         spec, namespace, name = pool.spec, pool.namespace, pool.name
-        generation = int(status["observedGeneration"])
-
-        def cond(kind: str, ok: bool | None, reason: str, message: str) -> None:
-            nonlocal conds
-            conds = conditions.set_condition(conds, kind, ok, reason, redact(message, url), generation)
-
-        self.kube.create(self.kube.core.create_namespaced_service, namespace, build_headless_service(pool))
-        sts = read_or_none(self.kube.apps.read_namespaced_stateful_set, names.statefulset_name(name), namespace)
-        live_pods = self.kube.list_pod_names(namespace, names.selector_labels(name))
-
-        # The migration gate.
         target = names.target_hash(spec.image, spec.dbos.application_version)
-        mig_status = dict(status.get("migration") or {})
-        attempt = int(mig_status.get("attempt", 1)) if mig_status.get("target") == target else 1
+        saved = dict(draft.new.get("migration") or {})
+        attempt = int(saved.get("attempt", 1)) if saved.get("target") == target else 1
         step = migration.next_step(
             migration.MigrationInput(
                 target=target,
-                current_target=status.get("currentTarget") if sts is not None else None,
-                migration=mig_status,
+                current_target=draft.new.get("currentTarget") if sts is not None else None,
+                migration=saved,
                 plan_job=_job_observation(
                     self.kube, namespace, names.migration_job_name(name, "plan", target, attempt)
                 ),
@@ -243,194 +218,138 @@ class Reconciler:
             )
             self.kube.create(self.kube.batch.create_namespaced_job, namespace, job)
         for reason, message in step.events:
-            outcome.events.append(("Warning" if step.failure else "Normal", reason, redact(message, url)))
+            draft.event("Warning" if step.failure else "Normal", reason, message)
+        if step.roll_out:
+            draft.new.update(
+                currentTarget=target, currentImage=spec.image, currentApplicationVersion=spec.dbos.application_version
+            )
+        if step.schema_version is not None:
+            draft.new["schemaVersion"] = step.schema_version
+        return step
 
-        # Replicas: desired by the spec (or its autoscaler), clamped by the budget, zero while gated.
-        database = budget.database_identity(url)
+    def _scale(
+        self, pool: Pool, facts: budget.DatabaseFacts, draft: StatusDraft, sts: Any, step: migration.MigrationStep
+    ) -> ReplicaPlan:
+        """Replicas: desired by the spec (or its autoscaler), clamped by the budget, zero while gated."""
+        spec = pool.spec
+        assert draft.url is not None
+        database = budget.database_identity(draft.url)
         pool_budget = budget.compute_budget(
             facts,
             pool_size=spec.dbos.system_database_pool_size,
             headroom=spec.database.reserved_connections,
             other_pools=self._other_pools_need(pool, database),
         )
-        current = sts.spec.replicas if sts is not None else None
-        autoscaled = spec.replicas is None
-        before = mig_status.get("replicasBefore")  # an autoscaled count saved while the gate held it at zero
-        if autoscaled:
-            desired = int(before if before is not None else (current if current is not None else 1))
-        else:
-            desired = int(spec.replicas or 0)
-        allowed = min(desired, pool_budget.max_replicas)
-        replicas_to_write: int | None = allowed
+        saved = (draft.new.get("migration") or {}).get("replicasBefore")
+        plan = plan_replicas(
+            spec_replicas=spec.replicas,
+            current=sts.spec.replicas if sts is not None else None,
+            saved=saved,
+            max_replicas=pool_budget.max_replicas,
+            hold_at_zero=step.hold_at_zero,
+        )
         if step.hold_at_zero:
-            replicas_to_write = 0
-            step.migration.setdefault("replicasBefore", desired)
+            step.migration.setdefault("replicasBefore", plan.desired)
         else:
             step.migration.pop("replicasBefore", None)
-            if autoscaled and current is not None and before is None and current <= allowed:
-                replicas_to_write = None  # the autoscaler owns the count and it fits: never written
-        status["migration"] = step.migration
-        status["desiredReplicas"] = 0 if step.hold_at_zero else allowed
-        status["connectionBudget"] = pool_budget.as_status(database, desired, allowed)
-        if allowed < desired:
-            message = pool_budget.explain(desired)
-            if (conditions.condition(conds, conditions.CONNECTION_BUDGET) or {}).get("status") != "False":
-                outcome.events.append(("Warning", conditions.REASON_OVER_BUDGET, message))
-            cond(conditions.CONNECTION_BUDGET, False, conditions.REASON_OVER_BUDGET, message)
+        draft.new["migration"] = step.migration
+        draft.new["desiredReplicas"] = 0 if step.hold_at_zero else plan.allowed
+        draft.new["connectionBudget"] = pool_budget.as_status(database, plan.desired, plan.allowed)
+        if plan.allowed < plan.desired:
+            message = pool_budget.explain(plan.desired)
+            was = conditions.condition(list(draft.new.get("conditions") or []), conditions.CONNECTION_BUDGET) or {}
+            if was.get("status") != "False" or was.get("message") != message:
+                draft.event("Warning", conditions.REASON_OVER_BUDGET, message)
+            draft.cond(conditions.CONNECTION_BUDGET, False, conditions.REASON_OVER_BUDGET, message)
         else:
-            cond(
+            needs = f"{pool_budget.needs(plan.allowed)} of {pool_budget.max_connections} connections"
+            draft.cond(
                 conditions.CONNECTION_BUDGET,
                 True,
                 conditions.REASON_WITHIN_BUDGET,
-                f"{allowed} replicas need {pool_budget.needs(allowed)} of {pool_budget.max_connections} connections",
+                f"{plan.allowed} replicas need {needs}",
             )
+        return plan
 
-        # The StatefulSet runs the rolled-out target; a new target only once the gate lets it through.
-        if step.roll_out:
-            status["currentTarget"] = target
-            status["currentImage"] = spec.image
-            status["currentApplicationVersion"] = spec.dbos.application_version
-        if step.schema_version is not None:
-            status["schemaVersion"] = step.schema_version
-        if "currentTarget" in status and (sts is not None or step.roll_out):
-            desired_sts = build_statefulset(
+    def _apply_children(self, pool: Pool, draft: StatusDraft, sts: Any, plan: ReplicaPlan, rolling: bool) -> None:
+        """The StatefulSet runs the rolled-out target (a new one only once the gate let it through), and a PDB."""
+        namespace, name = pool.namespace, pool.name
+        if "currentTarget" in draft.new and (sts is not None or rolling):
+            desired = build_statefulset(
                 pool,
-                image=status["currentImage"],
-                application_version=status["currentApplicationVersion"],
-                replicas=replicas_to_write,
+                image=draft.new["currentImage"],
+                application_version=draft.new["currentApplicationVersion"],
+                replicas=plan.write,
             )
             try:
-                self.kube.upsert_statefulset(desired_sts, sts)
+                self.kube.upsert_statefulset(desired, sts)
             except ApiException as err:
                 if err.status != 409:
                     raise
-                outcome.requeue_seconds = 1.0  # someone else wrote it meanwhile: look again soon
+                draft.outcome.requeue_seconds = 1.0  # someone else wrote it meanwhile: look again soon
         pdb = read_or_none(self.kube.policy.read_namespaced_pod_disruption_budget, names.pdb_name(name), namespace)
-        if wants_pdb(pool, allowed) and pdb is None:
+        if wants_pdb(pool, plan.allowed) and pdb is None:
             self.kube.create(self.kube.policy.create_namespaced_pod_disruption_budget, namespace, build_pdb(pool))
-        elif not wants_pdb(pool, allowed) and pdb is not None:
+        elif not wants_pdb(pool, plan.allowed) and pdb is not None:
             self.kube.policy.delete_namespaced_pod_disruption_budget(names.pdb_name(name), namespace)
 
-        # No stranded runs: only in steady state (a gated pool's pods come back under their own ids).
-        if step.migration.get("phase") == migration.DONE and not step.hold_at_zero and sts is not None:
-            stranded = recovery.stranded_executors(
-                recovery.pending_executors(
-                    url, namespace, names.statefulset_name(name), timeout_seconds=self.settings.database_timeout_seconds
-                ),
-                namespace=namespace,
-                statefulset=names.statefulset_name(name),
-                replicas=allowed,
-                live_pods=live_pods,
-            )
-            recovered = recovery.resume_runs_of(
-                url, spec.dbos.application_name, stranded, timeout_seconds=self.settings.database_timeout_seconds
-            )
-            if recovered:
-                status["recoveredRuns"] = int(status.get("recoveredRuns", 0)) + recovered
-                outcome.events.append(
-                    (
-                        "Normal",
-                        "RunsRecovered",
-                        f"handed {recovered} PENDING run(s) of departed {', '.join(stranded)} back to the queue",
-                    )
-                )
+    def _recover(self, pool: Pool, draft: StatusDraft, replicas: int, live_pods: set[str]) -> None:
+        """No stranded runs: hand back the PENDING runs of departed pods that will not return."""
+        assert draft.url is not None
+        sts_name, timeout = names.statefulset_name(pool.name), self.settings.database_timeout_seconds
+        pending = recovery.pending_executors(draft.url, pool.namespace, sts_name, timeout_seconds=timeout)
+        stranded = recovery.stranded_executors(
+            pending, namespace=pool.namespace, statefulset=sts_name, replicas=replicas, live_pods=live_pods
+        )
+        recovered = recovery.resume_runs_of(
+            draft.url, pool.spec.dbos.application_name, stranded, timeout_seconds=timeout
+        )
+        if recovered:
+            draft.new["recoveredRuns"] = int(draft.new.get("recoveredRuns", 0)) + recovered
+            message = f"handed {recovered} PENDING run(s) of departed {', '.join(stranded)} back to the queue"
+            draft.event("Normal", "RunsRecovered", message)
 
-        # Status.
+    def _reconcile_children(self, pool: Pool, url: str, facts: budget.DatabaseFacts, draft: StatusDraft) -> None:
+        namespace, name = pool.namespace, pool.name
+        self.kube.create(self.kube.core.create_namespaced_service, namespace, build_headless_service(pool))
+        sts = read_or_none(self.kube.apps.read_namespaced_stateful_set, names.statefulset_name(name), namespace)
+        live_pods = self.kube.list_pod_names(namespace, names.selector_labels(name))
+        step = self._gate(pool, draft, sts, live_pods)
+        plan = self._scale(pool, facts, draft, sts, step)
+        self._apply_children(pool, draft, sts, plan, step.roll_out)
+        # Only in steady state: the pods of a pool held at zero come back under their own ids.
+        if step.migration.get("phase") == migration.DONE and not step.hold_at_zero and sts is not None:
+            self._recover(pool, draft, plan.allowed, live_pods)
+
         sts_now = read_or_none(self.kube.apps.read_namespaced_stateful_set, names.statefulset_name(name), namespace)
         sts_status = sts_now.status if sts_now is not None else None
-        ready = int(sts_status.ready_replicas or 0) if sts_status is not None else 0
-        status["replicas"] = int(sts_status.replicas or 0) if sts_status is not None else 0
-        status["readyReplicas"] = ready
-        phase_name = step.migration.get("phase")
-        if step.failure:
-            reason = conditions.REASON_PLAN_FAILED if "plan" in step.failure else conditions.REASON_MIGRATION_FAILED
-            cond(conditions.SCHEMA_READY, False, reason, step.failure)
-            cond(conditions.DEGRADED_CONDITION, True, reason, step.failure)
-        elif phase_name == migration.DONE:
-            cond(
-                conditions.SCHEMA_READY,
-                True,
-                conditions.REASON_SCHEMA_CURRENT,
-                f"schema version {status.get('schemaVersion')}",
-            )
-            cond(conditions.DEGRADED_CONDITION, False, conditions.REASON_HEALTHY, "no problem found")
-        else:
-            reason = {
-                migration.PLANNING: conditions.REASON_PLANNING,
-                migration.DRAINING: conditions.REASON_DRAINING,
-                migration.APPLYING: conditions.REASON_MIGRATING,
-            }[str(phase_name)]
-            cond(conditions.SCHEMA_READY, False, reason, str(step.migration.get("message") or reason))
-            cond(conditions.DEGRADED_CONDITION, False, conditions.REASON_HEALTHY, "no problem found")
-        target_replicas = status["desiredReplicas"]
-        rolled = (
-            sts_status is not None
-            and (sts_status.updated_replicas or 0) >= target_replicas
-            and status["replicas"] == target_replicas
+        draft.new["replicas"] = int(sts_status.replicas or 0) if sts_status is not None else 0
+        draft.new["readyReplicas"] = int(sts_status.ready_replicas or 0) if sts_status is not None else 0
+        summary = summarize(
+            step,
+            schema_version=draft.new.get("schemaVersion"),
+            target=draft.new["desiredReplicas"],
+            replicas=draft.new["replicas"],
+            ready=draft.new["readyReplicas"],
+            updated=int(sts_status.updated_replicas or 0) if sts_status is not None else 0,
         )
-        progressing = phase_name != migration.DONE or not rolled or ready != target_replicas
-        cond(
-            conditions.PROGRESSING,
-            progressing,
-            conditions.REASON_ROLLING_OUT if progressing else conditions.REASON_STABLE,
-            f"{ready}/{target_replicas} ready, migration {phase_name}",
-        )
-        if phase_name == migration.DONE and ready == target_replicas and not progressing:
-            cond(
-                conditions.READY,
-                True,
-                conditions.REASON_ALL_READY if target_replicas else conditions.REASON_SCALED_TO_ZERO,
-                f"{ready}/{target_replicas} replicas ready",
-            )
-            phase, reason = (
-                conditions.RUNNING,
-                (conditions.REASON_ALL_READY if target_replicas else conditions.REASON_SCALED_TO_ZERO),
-            )
-        else:
-            cond(
-                conditions.READY,
-                False,
-                conditions.REASON_REPLICAS_NOT_READY,
-                f"{ready}/{target_replicas} replicas ready",
-            )
-            phase, reason = (
-                (conditions.MIGRATING, str(phase_name))
-                if phase_name != migration.DONE
-                else (conditions.PENDING, conditions.REASON_REPLICAS_NOT_READY)
-            )
+        for kind, ok, reason, message in summary.conditions:
+            draft.cond(kind, ok, reason, message)
+        draft.new["phase"], draft.new["phaseReason"] = summary.phase, summary.reason
         if step.failure:
-            phase, reason = conditions.DEGRADED, conditions.REASON_MIGRATION_FAILED
-            outcome.requeue_seconds = max(1.0, float(step.migration.get("retryAt", 0)) - time.time())
-        elif progressing:
-            outcome.requeue_seconds = 2.0
-        return self._finish(namespace, name, old_status, status, conds, phase, reason, outcome)
+            draft.outcome.requeue_seconds = max(1.0, float(step.migration.get("retryAt", 0)) - time.time())
+        elif summary.progressing:
+            draft.outcome.requeue_seconds = 2.0
 
-    def _finish(
-        self,
-        namespace: str,
-        name: str,
-        old_status: dict[str, Any],
-        status: dict[str, Any],
-        conds: list[dict[str, Any]],
-        phase: str,
-        reason: str,
-        outcome: Outcome,
-    ) -> Outcome:
-        for changed in conditions.transitions(list(old_status.get("conditions") or []), conds):
-            kind = (
-                "Normal"
-                if (changed["status"] == "True") != (changed["type"] == conditions.DEGRADED_CONDITION)
-                else "Warning"
-            )
-            outcome.events.append(
-                (kind, changed["reason"], f"{changed['type']}={changed['status']}: {changed['message']}")
-            )
-        status["conditions"] = conds
-        status["phase"] = phase
-        status["phaseReason"] = reason
-        outcome.phase = phase
-        self.kube.write_status(namespace, name, old_status, status)
-        return outcome
+    def _finish(self, draft: StatusDraft) -> Outcome:
+        old_conditions = list(draft.old.get("conditions") or [])
+        for changed in conditions.transitions(old_conditions, list(draft.new.get("conditions") or [])):
+            good = (changed["status"] == "True") != (changed["type"] == conditions.DEGRADED_CONDITION)
+            message = f"{changed['type']}={changed['status']}: {changed['message']}"
+            draft.outcome.events.append(("Normal" if good else "Warning", changed["reason"], message))
+        draft.outcome.phase = str(draft.new.get("phase", conditions.PENDING))
+        self.kube.write_status(draft.namespace, draft.name, draft.old, draft.new)
+        return draft.outcome
 
 
 def finalize(kube: Kube, settings: OperatorSettings, body: dict[str, Any]) -> str | None:

@@ -15,11 +15,11 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from fireflow_operator.model import GROUP, PLURAL, VERSION
+from fireflow_worker.local_postgres import LocalPostgres, free_port
 from kubernetes.client import ApiClient, CoreV1Api, CustomObjectsApi
 from kubernetes.client.exceptions import ApiException
 
-from fireflow_operator.model import GROUP, PLURAL, VERSION
-from fireflow_worker.local_postgres import LocalPostgres, free_port
 from tests.kube.cluster import Cluster
 
 OPERATOR_BIN = str(Path(sys.executable).with_name("fireflow-operator"))
@@ -85,9 +85,8 @@ def pool_database(operator_postgres: LocalPostgres) -> str:
 
 
 def create_secret(api: ApiClient, namespace: str, url: str, name: str = "fireflow-db") -> None:
-    CoreV1Api(api).create_namespaced_secret(
-        namespace, {"metadata": {"name": name}, "data": {"url": base64.b64encode(url.encode()).decode()}}
-    )
+    body: Any = {"metadata": {"name": name}, "data": {"url": base64.b64encode(url.encode()).decode()}}
+    CoreV1Api(api).create_namespaced_secret(namespace, body)
 
 
 def pool_body(name: str, **spec: Any) -> dict[str, Any]:
@@ -131,6 +130,19 @@ def condition(pool: dict[str, Any], kind: str) -> dict[str, Any]:
         if cond["type"] == kind:
             return dict(cond)
     return {}
+
+
+def wait_for_pool(
+    api: ApiClient, namespace: str, name: str, what: str, predicate: Callable[[dict[str, Any]], bool]
+) -> dict[str, Any]:
+    """Poll the pool until `predicate(pool)` holds; returns that pool."""
+
+    def check() -> dict[str, Any] | None:
+        pool = get_pool(api, namespace, name)
+        return pool if predicate(pool) else None
+
+    result: dict[str, Any] = wait_until(what, check)
+    return result
 
 
 def wait_for_condition(

@@ -7,18 +7,18 @@ import json
 import re
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import psycopg
 import pytest
-from kubernetes import watch
-from kubernetes.client import ApiClient, AppsV1Api, BatchV1Api, CoreV1Api, CustomObjectsApi, PolicyV1Api
-
 from fireflow_operator.model import GROUP, PLURAL, VERSION
 from fireflow_worker import migrate
 from fireflow_worker.client import FireflowClient
 from fireflow_worker.local_postgres import LocalPostgres
+from kubernetes import watch
+from kubernetes.client import ApiClient, AppsV1Api, BatchV1Api, CoreV1Api, CustomObjectsApi, PolicyV1Api
+
 from tests.operator.conftest import (
     OperatorProcess,
     condition,
@@ -26,6 +26,7 @@ from tests.operator.conftest import (
     get_pool,
     pool_body,
     wait_for_condition,
+    wait_for_pool,
     wait_until,
 )
 
@@ -43,12 +44,16 @@ def _events(api: ApiClient, namespace: str) -> list[Any]:
 
 
 def _assert_no_secret(api: ApiClient, namespace: str, operator: OperatorProcess, url: str) -> None:
-    password = url.split(":")[2].split("@")[0]
-    pool_texts = [json.dumps(p.get("status")) for p in CustomObjectsApi(api).list_namespaced_custom_object(
-        GROUP, VERSION, namespace, PLURAL)["items"]]
+    password = url.split(":")[2].split("@", maxsplit=1)[0]
+    listed: Any = CustomObjectsApi(api).list_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL)
+    pool_texts = [json.dumps(p.get("status")) for p in listed["items"]]
     event_texts = [f"{e.reason} {e.message}" for e in _events(api, namespace)]
     for text in [*pool_texts, *event_texts, operator.output()]:
         assert password not in text
+
+
+def _rolled_out(image: str) -> Callable[[dict[str, Any]], bool]:
+    return lambda p: p["status"].get("currentImage") == image and condition(p, "Ready").get("status") == "True"
 
 
 def _set_schema_behind(url: str) -> None:
@@ -101,7 +106,9 @@ def test_should_hold_a_pool_at_the_connection_budget_and_say_why(
 ) -> None:
     url = small_postgres.create_database("budget")
     create_secret(kube_api, kube_namespace, url)
-    _create_pool(kube_api, kube_namespace, "big", replicas=5, dbos={"systemDatabasePoolSize": 10, "shutdownDrainTimeoutMs": 3000})
+    _create_pool(
+        kube_api, kube_namespace, "big", replicas=5, dbos={"systemDatabasePoolSize": 10, "shutdownDrainTimeoutMs": 3000}
+    )
     pool = wait_for_condition(kube_api, kube_namespace, "big", "ConnectionBudget", "False")
     budget = pool["status"]["connectionBudget"]
     assert budget["maxConnections"] == 40
@@ -112,8 +119,13 @@ def test_should_hold_a_pool_at_the_connection_budget_and_say_why(
     assert message.startswith("5 replicas need 55 connections (11 each) but only ")
     assert message.endswith(f"holding at {budget['maxReplicas']}")
     assert condition(pool, "ConnectionBudget")["reason"] == "OverBudget"
-    wait_until("the StatefulSet at the budget", lambda: AppsV1Api(kube_api).read_namespaced_stateful_set(
-        "big", kube_namespace).spec.replicas == budget["maxReplicas"])
+    wait_until(
+        "the StatefulSet at the budget",
+        lambda: (
+            AppsV1Api(kube_api).read_namespaced_stateful_set("big", kube_namespace).spec.replicas
+            == budget["maxReplicas"]
+        ),
+    )
     assert any(e.reason == "OverBudget" and e.message == message for e in _events(kube_api, kube_namespace))
     _assert_no_secret(kube_api, kube_namespace, operator, url)
 
@@ -127,8 +139,7 @@ def test_should_start_no_pod_of_a_new_version_before_its_migration_succeeded(
     wait_for_condition(kube_api, kube_namespace, "pool", "Ready")
     _set_schema_behind(pool_database)
     _patch_pool(kube_api, kube_namespace, "pool", {"image": "fireflow-worker:2"})
-    wait_until("the new version to be ready", lambda: (lambda p: p if p["status"].get("currentImage") == "fireflow-worker:2"
-               and condition(p, "Ready").get("status") == "True" else None)(get_pool(kube_api, kube_namespace, "pool")))
+    wait_for_pool(kube_api, kube_namespace, "pool", "the new version", _rolled_out("fireflow-worker:2"))
     assert migrate.current_version(pool_database) == migrate.required_version()
     events = recorder.ordered()
     completed: dict[str, int] = {}  # apply Job -> the revision at which it first showed Complete
@@ -156,20 +167,26 @@ def test_should_keep_the_old_version_when_the_migration_fails_then_retry(
     holder.execute("LOCK TABLE dbos.workflow_status IN ACCESS SHARE MODE")  # a long reader, in a transaction
     _patch_pool(kube_api, kube_namespace, "pool", {"image": "fireflow-worker:2"})
     pool = wait_for_condition(kube_api, kube_namespace, "pool", "SchemaReady", "False")
-    pool = wait_until("the failure", lambda: (lambda p: p if condition(p, "SchemaReady").get("reason") == "MigrationFailed"
-                      else None)(get_pool(kube_api, kube_namespace, "pool")))
+    pool = wait_for_pool(
+        kube_api,
+        kube_namespace,
+        "pool",
+        "the failure",
+        lambda p: condition(p, "SchemaReady").get("reason") == "MigrationFailed",
+    )
     message = condition(pool, "SchemaReady")["message"]
     assert message.startswith("migration attempt 1 failed: lock timeout: ")
     assert "canceling statement due to lock timeout" in message
     # Restored: the old version at its size.
-    sts = wait_until("the old version back at size", lambda: (lambda s: s if s.spec.replicas == 2 else None)(
-        AppsV1Api(kube_api).read_namespaced_stateful_set("pool", kube_namespace)))
+    wait_until(
+        "the old version back at size",
+        lambda: AppsV1Api(kube_api).read_namespaced_stateful_set("pool", kube_namespace).spec.replicas == 2,
+    )
+    sts = AppsV1Api(kube_api).read_namespaced_stateful_set("pool", kube_namespace)
     assert sts.spec.template.spec.containers[0].image == "fireflow-worker:1"
     assert pool["status"]["currentImage"] == "fireflow-worker:1"
     holder.close()  # the lock goes: the next attempt succeeds
-    wait_until("the retried migration to roll out", lambda: (lambda p: p if p["status"].get("currentImage")
-               == "fireflow-worker:2" and condition(p, "Ready").get("status") == "True" else None)(
-        get_pool(kube_api, kube_namespace, "pool")))
+    wait_for_pool(kube_api, kube_namespace, "pool", "the retried rollout", _rolled_out("fireflow-worker:2"))
     _assert_no_secret(kube_api, kube_namespace, operator, pool_database)
 
 
@@ -183,18 +200,27 @@ def test_should_resume_its_migration_without_a_second_job_when_the_operator_rest
     holder = psycopg.connect(pool_database)
     holder.execute("LOCK TABLE dbos.workflow_status IN ACCESS SHARE MODE")
     _patch_pool(kube_api, kube_namespace, "pool", {"image": "fireflow-worker:2"})
-    wait_until("the apply Job to run", lambda: [j for j in BatchV1Api(kube_api).list_namespaced_job(kube_namespace).items
-                                                if "-apply-" in j.metadata.name and j.metadata.name.endswith("-1")
-                                                and "fireflow-worker:2" in json.dumps(j.metadata.annotations)])
+    wait_until(
+        "the apply Job to run",
+        lambda: [
+            j
+            for j in BatchV1Api(kube_api).list_namespaced_job(kube_namespace).items
+            if "-apply-" in j.metadata.name
+            and j.metadata.name.endswith("-1")
+            and "fireflow-worker:2" in json.dumps(j.metadata.annotations)
+        ],
+    )
     operator.kill()
     restarted = OperatorProcess(operator.cluster).start()
     try:
         holder.close()
-        wait_until("the rollout", lambda: (lambda p: p if p["status"].get("currentImage") == "fireflow-worker:2"
-                   and condition(p, "Ready").get("status") == "True" else None)(get_pool(kube_api, kube_namespace, "pool")))
+        wait_for_pool(kube_api, kube_namespace, "pool", "the rollout", _rolled_out("fireflow-worker:2"))
         jobs = BatchV1Api(kube_api).list_namespaced_job(kube_namespace).items
-        upgrade_applies = [j.metadata.name for j in jobs if "-apply-" in j.metadata.name
-                           and "fireflow-worker:2" in json.dumps(j.metadata.annotations)]
+        upgrade_applies = [
+            j.metadata.name
+            for j in jobs
+            if "-apply-" in j.metadata.name and "fireflow-worker:2" in json.dumps(j.metadata.annotations)
+        ]
         assert len(upgrade_applies) == 1
     finally:
         restarted.stop()
@@ -204,8 +230,13 @@ def test_should_leave_no_pending_runs_of_departed_workers_when_scaled_down_mid_r
     kube_api: ApiClient, kube_namespace: str, operator: OperatorProcess, pool_database: str
 ) -> None:
     create_secret(kube_api, kube_namespace, pool_database)
-    _create_pool(kube_api, kube_namespace, "pool", replicas=3,
-                 dbos={"workerConcurrency": 2, "pollingIntervalMs": 50, "shutdownDrainTimeoutMs": 1000})
+    _create_pool(
+        kube_api,
+        kube_namespace,
+        "pool",
+        replicas=3,
+        dbos={"workerConcurrency": 2, "pollingIntervalMs": 50, "shutdownDrainTimeoutMs": 1000},
+    )
     wait_for_condition(kube_api, kube_namespace, "pool", "Ready")
     flow = {"name": "nap", "nodes": {"nap": {"type": "sleep", "params": {"seconds": 6}}}}
     with FireflowClient(pool_database) as client:
@@ -216,8 +247,10 @@ def test_should_leave_no_pending_runs_of_departed_workers_when_scaled_down_mid_r
                 rows = conn.execute("SELECT workflow_uuid, executor_id, status FROM dbos.workflow_status").fetchall()
             return {str(r[0]): f"{r[1]}:{r[2]}" for r in rows}
 
-        wait_until("runs on all three workers", lambda: len({v.split(":")[0] for v in executors().values()
-                                                           if v.endswith(":PENDING")}) == 3)
+        wait_until(
+            "runs on all three workers",
+            lambda: len({v.split(":")[0] for v in executors().values() if v.endswith(":PENDING")}) == 3,
+        )
         _patch_pool(kube_api, kube_namespace, "pool", {"replicas": 1})
         for run_id in runs:
             assert client.result(run_id) == {"nap": {"slept_seconds": 6}}
@@ -246,8 +279,12 @@ def test_should_write_nothing_while_a_ready_pool_is_idle(
         return {
             "pool": pool["metadata"]["resourceVersion"],
             "sts": AppsV1Api(kube_api).read_namespaced_stateful_set("pool", kube_namespace).metadata.resource_version,
-            "service": CoreV1Api(kube_api).read_namespaced_service("pool-workers", kube_namespace).metadata.resource_version,
-            "pdb": PolicyV1Api(kube_api).read_namespaced_pod_disruption_budget("pool", kube_namespace).metadata.resource_version,
+            "service": CoreV1Api(kube_api)
+            .read_namespaced_service("pool-workers", kube_namespace)
+            .metadata.resource_version,
+            "pdb": PolicyV1Api(kube_api)
+            .read_namespaced_pod_disruption_budget("pool", kube_namespace)
+            .metadata.resource_version,
             "events": str(len(_events(kube_api, kube_namespace))),
         }
 

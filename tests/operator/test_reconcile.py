@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-from kubernetes.client import ApiClient, AppsV1Api, BatchV1Api, CoreV1Api, CustomObjectsApi, PolicyV1Api
-
 from fireflow_operator.model import GROUP, PLURAL, VERSION
 from fireflow_worker import migrate
+from kubernetes.client import ApiClient, AppsV1Api, BatchV1Api, CoreV1Api, CustomObjectsApi, PolicyV1Api
+
 from tests.operator.conftest import OperatorProcess, condition, create_secret, pool_body, wait_for_condition
 
 
@@ -41,8 +41,9 @@ def test_should_create_exactly_the_expected_children_and_become_ready(
     ]
     jobs = sorted(j.metadata.name for j in BatchV1Api(kube_api).list_namespaced_job(ns).items)
     assert len(jobs) == 2 and "-plan-" in jobs[1] and "-apply-" in jobs[0]
-    for child in [sts, services[0]]:
-        owner = child.metadata.owner_references[0]
+    for child in (sts, services[0]):
+        assert child.metadata is not None
+        owner = (child.metadata.owner_references or [])[0]
         assert (owner.kind, owner.name, owner.controller) == ("FireflowWorkerPool", "workers", True)
     pods = CoreV1Api(kube_api).list_namespaced_pod(ns, label_selector="app.kubernetes.io/instance=workers").items
     worker_pods = sorted(

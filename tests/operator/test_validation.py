@@ -7,11 +7,11 @@ import json
 from typing import Any
 
 import pytest
+from fireflow_operator.model import GROUP, PLURAL, VERSION
 from kubernetes.client import ApiClient, CustomObjectsApi
 from kubernetes.client.exceptions import ApiException
 
-from fireflow_operator.model import GROUP, PLURAL, VERSION
-from tests.operator.conftest import OperatorProcess, condition, create_secret, get_pool, pool_body, wait_until
+from tests.operator.conftest import OperatorProcess, condition, create_secret, pool_body, wait_for_pool
 
 
 def _create(api: ApiClient, namespace: str, body: dict[str, Any]) -> None:
@@ -22,30 +22,48 @@ def _rejection(api: ApiClient, namespace: str, body: dict[str, Any]) -> str:
     with pytest.raises(ApiException) as caught:
         _create(api, namespace, body)
     assert caught.value.status == 422
-    return str(json.loads(caught.value.body)["message"])
+    return str(json.loads(str(caught.value.body))["message"])
 
 
 @pytest.mark.parametrize(
     ("spec", "expected"),
     [
-        ({"image": None}, 'spec.image: Required value'),
-        ({"replicas": -1}, "spec.replicas: Invalid value: -1: spec.replicas in body should be greater than or equal to 0"),
+        ({"image": None}, "spec.image: Required value"),
+        (
+            {"replicas": -1},
+            "spec.replicas: Invalid value: -1: spec.replicas in body should be greater than or equal to 0",
+        ),
         ({"replicas": 5000}, "spec.replicas in body should be less than or equal to 1000"),
-        ({"database": {"secretRef": {"name": "db"}, "url": "postgresql://u:pw@db/x"}},
-         "spec.database: Invalid value: spec.database.url is not allowed: put the URL in a Secret and "
-         "reference it with spec.database.secretRef"),
+        (
+            {"database": {"secretRef": {"name": "db"}, "url": "postgresql://u:pw@db/x"}},
+            "spec.database: Invalid value: spec.database.url is not allowed: put the URL in a Secret and "
+            "reference it with spec.database.secretRef",
+        ),
         ({"database": {}}, "spec.database.secretRef: Required value"),
-        ({"terminationGracePeriodSeconds": 20, "dbos": {"shutdownDrainTimeoutMs": 25000}},
-         "spec: Invalid value: spec.dbos.shutdownDrainTimeoutMs must be below "
-         "spec.terminationGracePeriodSeconds (in ms), or pods are killed mid-drain"),
-        ({"env": [{"name": "DATABASE_URL_EXECUTIONS", "value": "postgresql://x"}]},
-         "spec.env may not set a variable the operator manages"),
+        (
+            {"terminationGracePeriodSeconds": 20, "dbos": {"shutdownDrainTimeoutMs": 25000}},
+            "spec: Invalid value: spec.dbos.shutdownDrainTimeoutMs must be below "
+            "spec.terminationGracePeriodSeconds (in ms), or pods are killed mid-drain",
+        ),
+        (
+            {"env": [{"name": "DATABASE_URL_EXECUTIONS", "value": "postgresql://x"}]},
+            "spec.env may not set a variable the operator manages",
+        ),
         ({"queues": ["fireflow-nope"]}, 'spec.queues[0]: Unsupported value: "fireflow-nope"'),
         ({"dbos": {"logLevel": "loud"}}, 'spec.dbos.logLevel: Unsupported value: "loud"'),
         ({"dbos": {"applicationName": "Not Valid"}}, "spec.dbos.applicationName in body should match"),
-        ({"dbos": {"pollingIntervalMs": 0}}, "spec.dbos.pollingIntervalMs in body should be greater than or equal to 1"),
-        ({"dbos": {"systemDatabasePoolSize": 1}}, "spec.dbos.systemDatabasePoolSize in body should be greater than or equal to 2"),
-        ({"migration": {"lockTimeoutMs": 10}}, "spec.migration.lockTimeoutMs in body should be greater than or equal to 100"),
+        (
+            {"dbos": {"pollingIntervalMs": 0}},
+            "spec.dbos.pollingIntervalMs in body should be greater than or equal to 1",
+        ),
+        (
+            {"dbos": {"systemDatabasePoolSize": 1}},
+            "spec.dbos.systemDatabasePoolSize in body should be greater than or equal to 2",
+        ),
+        (
+            {"migration": {"lockTimeoutMs": 10}},
+            "spec.migration.lockTimeoutMs in body should be greater than or equal to 100",
+        ),
         ({"imagePullPolicy": "Sometimes"}, 'spec.imagePullPolicy: Unsupported value: "Sometimes"'),
     ],
 )
@@ -59,34 +77,40 @@ def test_should_reject_an_invalid_pool_with_its_exact_message(
 
 
 def test_should_refuse_to_change_the_application_name(kube_api: ApiClient, kube_namespace: str) -> None:
-    _create(kube_api, kube_namespace, pool_body("pool", dbos={"applicationName": "fireflow", "shutdownDrainTimeoutMs": 3000}))
+    _create(
+        kube_api,
+        kube_namespace,
+        pool_body("pool", dbos={"applicationName": "fireflow", "shutdownDrainTimeoutMs": 3000}),
+    )
     with pytest.raises(ApiException) as caught:
         CustomObjectsApi(kube_api).patch_namespaced_custom_object(
             GROUP, VERSION, kube_namespace, PLURAL, "pool", {"spec": {"dbos": {"applicationName": "other"}}}
         )
-    assert "applicationName is immutable" in json.loads(caught.value.body)["message"]
+    assert "applicationName is immutable" in json.loads(str(caught.value.body))["message"]
 
 
 def test_should_report_a_missing_secret_in_a_condition_and_keep_running(
     kube_api: ApiClient, kube_namespace: str, operator: OperatorProcess
 ) -> None:
     _create(kube_api, kube_namespace, pool_body("pool", replicas=1))
-    pool = wait_until(
-        "the SecretMissing condition",
-        lambda: (lambda p: p if condition(p, "Degraded").get("reason") == "SecretMissing" else None)(
-            get_pool(kube_api, kube_namespace, "pool")
-        ),
+    pool = wait_for_pool(
+        kube_api,
+        kube_namespace,
+        "pool",
+        "SecretMissing",
+        lambda p: condition(p, "Degraded").get("reason") == "SecretMissing",
     )
     assert condition(pool, "Degraded")["message"] == (
         f"Secret 'fireflow-db' with key 'url' not found in namespace {kube_namespace}"
     )
     assert pool["status"]["phase"] == "Degraded"
     create_secret(kube_api, kube_namespace, "postgresql://fireflow:pw@127.0.0.1:9/none")
-    pool = wait_until(
-        "the DatabaseUnreachable condition",
-        lambda: (lambda p: p if condition(p, "Degraded").get("reason") == "DatabaseUnreachable" else None)(
-            get_pool(kube_api, kube_namespace, "pool")
-        ),
+    pool = wait_for_pool(
+        kube_api,
+        kube_namespace,
+        "pool",
+        "DatabaseUnreachable",
+        lambda p: condition(p, "Degraded").get("reason") == "DatabaseUnreachable",
     )
     assert condition(pool, "ConnectionBudget")["status"] == "Unknown"
     assert "pw@" not in json.dumps(pool["status"])

@@ -1,0 +1,59 @@
+"""The pool's conditions and phase from what the reconcile observed and decided (pure)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from fireflow_operator import conditions as c
+from fireflow_operator import migration
+from fireflow_operator.migration import MigrationStep
+
+_IN_FLIGHT_REASONS = {
+    migration.PLANNING: c.REASON_PLANNING,
+    migration.DRAINING: c.REASON_DRAINING,
+    migration.APPLYING: c.REASON_MIGRATING,
+}
+
+
+@dataclass(frozen=True)
+class Summary:
+    phase: str
+    reason: str
+    progressing: bool
+    conditions: list[tuple[str, bool | None, str, str]] = field(default_factory=list)
+
+
+def summarize(
+    step: MigrationStep, *, schema_version: int | None, target: int, replicas: int, ready: int, updated: int
+) -> Summary:
+    phase_name = str(step.migration.get("phase"))
+    conds: list[tuple[str, bool | None, str, str]] = []
+    if step.failure:
+        reason = c.REASON_PLAN_FAILED if step.failure.startswith("migration plan") else c.REASON_MIGRATION_FAILED
+        conds += [(c.SCHEMA_READY, False, reason, step.failure), (c.DEGRADED_CONDITION, True, reason, step.failure)]
+    elif phase_name == migration.DONE:
+        conds.append((c.SCHEMA_READY, True, c.REASON_SCHEMA_CURRENT, f"schema version {schema_version}"))
+    else:
+        reason = _IN_FLIGHT_REASONS[phase_name]
+        conds.append((c.SCHEMA_READY, False, reason, str(step.migration.get("message") or reason)))
+    if not step.failure:
+        conds.append((c.DEGRADED_CONDITION, False, c.REASON_HEALTHY, "no problem found"))
+    rolled = updated >= target and replicas == target
+    progressing = phase_name != migration.DONE or not rolled or ready != target
+    conds.append((
+        c.PROGRESSING, progressing, c.REASON_ROLLING_OUT if progressing else c.REASON_STABLE,
+        f"{ready}/{target} ready, migration {phase_name}",
+    ))  # fmt: skip
+    counts = f"{ready}/{target} replicas ready"
+    if not progressing:
+        reason = c.REASON_ALL_READY if target else c.REASON_SCALED_TO_ZERO
+        conds.append((c.READY, True, reason, counts))
+        phase, phase_reason = c.RUNNING, reason
+    else:
+        conds.append((c.READY, False, c.REASON_REPLICAS_NOT_READY, counts))
+        phase, phase_reason = (
+            (c.PENDING, c.REASON_REPLICAS_NOT_READY) if phase_name == migration.DONE else (c.MIGRATING, phase_name)
+        )
+    if step.failure:
+        phase, phase_reason = c.DEGRADED, c.REASON_MIGRATION_FAILED
+    return Summary(phase, phase_reason, progressing, conds)
