@@ -9,14 +9,13 @@ import subprocess
 import sys
 import tempfile
 import time
-import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 from fireflow_operator.model import GROUP, PLURAL, VERSION
-from fireflow_worker.local_postgres import LocalPostgres, free_port
+from fireflow_worker.local_postgres import free_port
 from kubernetes.client import ApiClient, CoreV1Api, CustomObjectsApi
 from kubernetes.client.exceptions import ApiException
 
@@ -71,17 +70,10 @@ def operator(kube_cluster: Cluster) -> Iterator[OperatorProcess]:
     print(process.output()[-20_000:])  # shown by pytest for a failed test
 
 
-@pytest.fixture(scope="session")
-def operator_postgres() -> Iterator[LocalPostgres]:
-    server = LocalPostgres(max_connections=400)
-    server.start()
-    yield server
-    server.stop()
-
-
 @pytest.fixture
-def pool_database(operator_postgres: LocalPostgres) -> str:
-    return operator_postgres.create_database(f"p_{uuid.uuid4().hex[:10]}")
+def pool_database(database_url: str) -> str:
+    """A fresh database on the session's PostgreSQL (tests/conftest.py), reachable by the worker pods."""
+    return database_url
 
 
 def create_secret(api: ApiClient, namespace: str, url: str, name: str = "fireflow-db") -> None:
