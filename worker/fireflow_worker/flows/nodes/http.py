@@ -67,7 +67,7 @@ class HttpParams(BaseModel):
 class _HttpOnlyRedirects(urllib.request.HTTPRedirectHandler):
     """urllib would follow a redirect to ftp://; only http(s) is allowed anywhere along the way."""
 
-    def redirect_request(  # noqa: PLR0917 - urllib's signature
+    def redirect_request(  # urllib's signature
         self,
         req: urllib.request.Request,
         fp: IO[bytes],
