@@ -1,12 +1,13 @@
 """Build the FireflowWorkerPool CRD from the pydantic model, so schema and model cannot drift.
 
-`python -m fireflow_operator.crd` prints it; `crds/` and the Helm chart hold the printed copy, and a test
-regenerates it and compares.
+`python -m fireflow_operator.crd` prints it; `python -m fireflow_operator.crd --write` (from the repository
+root) updates the copies in `crds/` and the Helm chart, and tests regenerate it and compare.
 """
 
 from __future__ import annotations
 
 import sys
+from pathlib import Path
 from typing import Any
 
 import yaml
@@ -36,8 +37,7 @@ def _structural(schema: dict[str, Any], defs: dict[str, Any]) -> dict[str, Any]:
         if (
             key not in _KEEP
             or (key == "default" and value is None)
-            or (isinstance(value, bool)
-            and key == "additionalProperties")
+            or (isinstance(value, bool) and key == "additionalProperties")
         ):
             continue
         if key == "properties":
@@ -154,5 +154,18 @@ def render_crd() -> str:
     return header + yaml.safe_dump(build_crd(), sort_keys=False, width=120)
 
 
+# The CRD's committed copies: for `kubectl apply -f crds/` and inside the Helm chart (which cannot read
+# files outside its own directory). Tests check both equal `render_crd()`.
+CRD_COPIES = (
+    Path("crds/fireflow.persistent.ai_fireflowworkerpools.yaml"),
+    Path("charts/fireflow-operator/files/fireflow.persistent.ai_fireflowworkerpools.yaml"),
+)
+
+
 if __name__ == "__main__":
-    sys.stdout.write(render_crd())
+    if sys.argv[1:] == ["--write"]:
+        for copy in CRD_COPIES:
+            copy.write_text(render_crd())
+            print(f"wrote {copy}")
+    else:
+        sys.stdout.write(render_crd())

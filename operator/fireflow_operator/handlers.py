@@ -8,6 +8,7 @@ next trigger, never in a hot loop.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import time
 from collections.abc import Mapping
@@ -53,6 +54,9 @@ def configure(settings: kopf.OperatorSettings, **_: Any) -> None:
     settings.persistence.progress_storage = kopf.AnnotationsProgressStorage(prefix="fireflow.persistent.ai")
     settings.persistence.diffbase_storage = kopf.AnnotationsDiffBaseStorage(prefix="fireflow.persistent.ai")
     settings.posting.level = logging.INFO
+    # Watching only some namespaces: no cluster-wide namespace/CRD scans, so no ClusterRole is needed.
+    settings.scanning.disabled = bool(STATE.settings.namespaces)
+    logging.getLogger("aiohttp.access").setLevel(logging.WARNING)  # one line per liveness probe otherwise
     # Kopf's default 60 s watch re-lists are cheap reads; a server-side timeout keeps idle watches healthy.
     settings.watching.server_timeout = 300
     if STATE.settings.metrics_port:
@@ -74,6 +78,8 @@ async def _reconcile(namespace: str, name: str) -> None:
             if err.status == 404:
                 _locks.pop(key, None)
                 _phases.pop(key, None)
+                with contextlib.suppress(KeyError):  # a deleted pool leaves no stale series behind
+                    metrics.BUDGET_ALLOWED.remove(namespace, name)
                 return
             raise
         body: dict[str, Any] = fetched
@@ -92,6 +98,9 @@ async def _reconcile(namespace: str, name: str) -> None:
         _phases[key] = outcome.phase
         for phase in ("Pending", "Migrating", "Running", "Degraded"):
             metrics.POOLS.labels(phase).set(sum(1 for p in _phases.values() if p == phase))
+        metrics.RECOVERED_RUNS.inc(outcome.recovered_runs)
+        if outcome.allowed_replicas is not None:
+            metrics.BUDGET_ALLOWED.labels(namespace, name).set(outcome.allowed_replicas)
         for kind, reason, message in outcome.events:
             kopf.event(kopf.Body(body), type=kind, reason=reason, message=message)  # type: ignore[arg-type]
         if outcome.requeue_seconds is not None:

@@ -42,6 +42,8 @@ class Outcome:
     events: list[tuple[str, str, str]] = field(default_factory=list)  # (type Normal|Warning, reason, message)
     phase: str = conditions.PENDING
     requeue_seconds: float | None = None
+    allowed_replicas: int | None = None  # what the connection budget allows, when it was computed
+    recovered_runs: int = 0
 
 
 def redact(text: str, secret: str | None) -> str:
@@ -255,6 +257,7 @@ class Reconciler:
         draft.new["migration"] = step.migration
         draft.new["desiredReplicas"] = 0 if step.hold_at_zero else plan.allowed
         draft.new["connectionBudget"] = pool_budget.as_status(database, plan.desired, plan.allowed)
+        draft.outcome.allowed_replicas = plan.allowed
         if plan.allowed < plan.desired:
             message = pool_budget.explain(plan.desired)
             was = conditions.condition(list(draft.new.get("conditions") or []), conditions.CONNECTION_BUDGET) or {}
@@ -304,6 +307,7 @@ class Reconciler:
         recovered = recovery.resume_runs_of(
             draft.url, pool.spec.dbos.application_name, stranded, timeout_seconds=timeout
         )
+        draft.outcome.recovered_runs = recovered
         if recovered:
             draft.new["recoveredRuns"] = int(draft.new.get("recoveredRuns", 0)) + recovered
             message = f"handed {recovered} PENDING run(s) of departed {', '.join(stranded)} back to the queue"
@@ -344,7 +348,9 @@ class Reconciler:
     def _finish(self, draft: StatusDraft) -> Outcome:
         old_conditions = list(draft.old.get("conditions") or [])
         for changed in conditions.transitions(old_conditions, list(draft.new.get("conditions") or [])):
-            good = (changed["status"] == "True") != (changed["type"] == conditions.DEGRADED_CONDITION)
+            good = changed["type"] == conditions.PROGRESSING or (
+                (changed["status"] == "True") != (changed["type"] == conditions.DEGRADED_CONDITION)
+            )
             message = f"{changed['type']}={changed['status']}: {changed['message']}"
             draft.outcome.events.append(("Normal" if good else "Warning", changed["reason"], message))
         draft.outcome.phase = str(draft.new.get("phase", conditions.PENDING))

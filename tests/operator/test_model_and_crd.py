@@ -18,7 +18,7 @@ MINIMAL = {"image": "fireflow-worker:1", "database": {"secretRef": {"name": "db"
 
 
 def test_should_commit_exactly_the_generated_crd() -> None:
-    assert CRD_FILE.read_text() == render_crd(), "regenerate: python -m fireflow_operator.crd > " + str(CRD_FILE)
+    assert CRD_FILE.read_text() == render_crd(), "regenerate: python -m fireflow_operator.crd --write"
 
 
 def _spec_schema() -> dict[str, Any]:

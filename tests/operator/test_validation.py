@@ -4,14 +4,24 @@ operator in a condition, never crash-looping it."""
 from __future__ import annotations
 
 import json
+import os
+import subprocess
 from typing import Any
 
 import pytest
 from fireflow_operator.model import GROUP, PLURAL, VERSION
-from kubernetes.client import ApiClient, CustomObjectsApi
+from kubernetes.client import ApiClient, AppsV1Api, CustomObjectsApi
 from kubernetes.client.exceptions import ApiException
 
-from tests.operator.conftest import OperatorProcess, condition, create_secret, pool_body, wait_for_pool
+from tests.operator.conftest import (
+    OPERATOR_BIN,
+    OperatorProcess,
+    condition,
+    create_secret,
+    pool_body,
+    wait_for_condition,
+    wait_for_pool,
+)
 
 
 def _create(api: ApiClient, namespace: str, body: dict[str, Any]) -> None:
@@ -115,3 +125,33 @@ def test_should_report_a_missing_secret_in_a_condition_and_keep_running(
     assert condition(pool, "ConnectionBudget")["status"] == "Unknown"
     assert "pw@" not in json.dumps(pool["status"])
     assert operator.process is not None and operator.process.poll() is None
+
+
+def test_should_exit_2_with_one_line_when_an_operator_setting_is_bad() -> None:
+    env = {**os.environ, "FIREFLOW_OPERATOR_RESYNC_SECONDS": "never"}
+    result = subprocess.run([OPERATOR_BIN], env=env, capture_output=True, text=True, timeout=60, check=False)
+    assert result.returncode == 2
+    assert result.stderr.strip().splitlines() == [
+        "error: invalid FIREFLOW_OPERATOR_RESYNC_SECONDS='never': Input should be a valid number, "
+        "unable to parse string as a number"
+    ]
+
+
+def test_should_refuse_to_roll_out_a_second_application_name_on_one_database(
+    kube_api: ApiClient, kube_namespace: str, operator: OperatorProcess, pool_database: str
+) -> None:
+    create_secret(kube_api, kube_namespace, pool_database)
+    _create(kube_api, kube_namespace, pool_body("first", replicas=1))
+    wait_for_condition(kube_api, kube_namespace, "first", "Ready")
+    other = pool_body("second", replicas=1)
+    other["spec"]["dbos"]["applicationName"] = "someone-else"
+    _create(kube_api, kube_namespace, other)
+    pool = wait_for_pool(
+        kube_api, kube_namespace, "second", "the conflict",
+        lambda p: condition(p, "Degraded").get("reason") == "ApplicationNameConflict",
+    )  # fmt: skip
+    assert condition(pool, "Degraded")["message"] == (
+        "the database's fireflow queues belong to application(s) fireflow, not 'someone-else'; every pool on one "
+        "database must use the same spec.dbos.applicationName. Nothing was rolled out."
+    )
+    assert AppsV1Api(kube_api).list_namespaced_stateful_set(kube_namespace).items[0].metadata.name == "first"

@@ -1,0 +1,1 @@
+"""Tests of the Helm chart, the images' Dockerfiles and the examples."""

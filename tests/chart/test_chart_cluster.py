@@ -1,0 +1,186 @@
+"""The chart against the pinned API server (tests/kube: the Go-built v1.37.2 control plane, or kind):
+every rendered object of every value combination passes a server-side dry-run with strict field validation,
+the RBAC grants the operator's ServiceAccount exactly what it needs (asked with SubjectAccessReviews), and
+the sample NOTES.txt prints is accepted as it is.
+
+The ServiceMonitor is the one kind not validated here: the test cluster has no Prometheus Operator CRDs
+(test_chart_render.py checks its shape)."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+import yaml
+from kubernetes.client import AuthorizationV1Api
+
+from tests.chart.chart import (
+    CHART_DIR,
+    CLUSTER_ONLY_RULES,
+    NAMESPACED_RULES,
+    NO_SERVER_SCHEMA,
+    SCENARIO_IDS,
+    SCENARIOS,
+    Json,
+    Scenario,
+    by_kind,
+    kubectl_apply,
+    notes,
+    render,
+    server_checkable,
+)
+from tests.kube import rawapi
+from tests.kube.cluster import Cluster
+
+pytestmark = pytest.mark.usefixtures("helm_bin")
+
+# What the operator must never be able to do, whatever the mode.
+FORBIDDEN = [
+    ("delete", "apps", "statefulsets"),
+    ("delete", "batch", "jobs"),
+    ("list", "", "secrets"),
+    ("watch", "", "secrets"),
+    ("create", "", "secrets"),
+    ("create", "", "pods"),
+    ("delete", "", "pods"),
+    ("get", "", "configmaps"),
+    ("update", "apps", "deployments"),
+    ("delete", "", "services"),
+    ("create", "fireflow.persistent.ai", "fireflowworkerpools"),
+    ("delete", "fireflow.persistent.ai", "fireflowworkerpools"),
+    ("create", "rbac.authorization.k8s.io", "roles"),
+    ("create", "", "serviceaccounts/token"),
+    ("create", "coordination.k8s.io", "leases"),
+]
+
+
+def _release(namespace: str) -> str:
+    return "r" + namespace[-6:]  # the namespace's random suffix: cluster-scoped names never collide
+
+
+def _namespaces(request: pytest.FixtureRequest, scenario: Scenario, kube_namespace: str) -> list[str]:
+    if "two" in scenario.name:
+        return [kube_namespace, str(request.getfixturevalue("other_namespace"))]
+    return [kube_namespace]
+
+
+@pytest.mark.parametrize("scenario", SCENARIOS, ids=SCENARIO_IDS)
+def test_should_be_accepted_by_the_pinned_api_server_when_values_are(
+    tmp_path: Path, kube_cluster: Cluster, kube_namespace: str, request: pytest.FixtureRequest, scenario: Scenario
+) -> None:
+    namespaces = _namespaces(request, scenario, kube_namespace)
+    objects = render(tmp_path, scenario.values(namespaces), release=_release(kube_namespace), namespace=kube_namespace)
+    checked = server_checkable(objects)
+    skipped = [o for o in objects if o not in checked]
+    assert all((o["apiVersion"], o["kind"]) in NO_SERVER_SCHEMA for o in skipped)
+    stored = kubectl_apply(kube_cluster.kubeconfig, checked)
+    assert sorted((o["kind"], o["metadata"]["name"]) for o in stored) == sorted(
+        (o["kind"], o["metadata"]["name"]) for o in checked
+    )
+    # The server defaulted nothing away: the operator container is what the chart rendered.
+    (deployment,) = by_kind(stored, "Deployment")
+    (container,) = deployment["spec"]["template"]["spec"]["containers"]
+    assert container["securityContext"]["readOnlyRootFilesystem"] is True
+
+
+def _allowed(cluster: Cluster, account: tuple[str, str], verb: str, group: str, resource: str, namespace: str) -> bool:
+    account_namespace, name = account
+    resource, _, subresource = resource.partition("/")
+    review = {
+        "apiVersion": "authorization.k8s.io/v1",
+        "kind": "SubjectAccessReview",
+        "spec": {
+            "user": f"system:serviceaccount:{account_namespace}:{name}",
+            "groups": ["system:serviceaccounts", f"system:serviceaccounts:{account_namespace}", "system:authenticated"],
+            "resourceAttributes": {
+                "namespace": namespace,
+                "verb": verb,
+                "group": group,
+                "resource": resource,
+                "subresource": subresource,
+            },
+        },
+    }
+    answer = rawapi.call(AuthorizationV1Api(cluster.api).create_subject_access_review, review)
+    return bool(answer["status"].get("allowed"))
+
+
+@pytest.fixture
+def installed_rbac(
+    tmp_path: Path, kube_cluster: Cluster, kube_namespace: str, request: pytest.FixtureRequest
+) -> Iterator[tuple[list[str], tuple[str, str]]]:
+    """The chart's ServiceAccount and RBAC, really applied, for the watched namespaces `request.param`
+    names ("none", "one" or "two"); yields (watched namespaces, (account namespace, account name))."""
+    watched = {
+        "none": [],
+        "one": [kube_namespace],
+        "two": [kube_namespace, request.getfixturevalue("other_namespace")],
+    }[request.param]
+    objects = render(tmp_path, {"watchNamespaces": watched}, release=_release(kube_namespace), namespace=kube_namespace)
+    rbac = [o for o in objects if o["kind"] in {"ServiceAccount", "Role", "RoleBinding", "ClusterRole",
+                                                "ClusterRoleBinding"}]  # fmt: skip
+    kubectl_apply(kube_cluster.kubeconfig, rbac, dry_run=False)
+    try:
+        (account,) = by_kind(rbac, "ServiceAccount")
+        yield watched, (kube_namespace, account["metadata"]["name"])
+    finally:
+        for obj in rbac:
+            if obj["kind"].startswith("Cluster"):
+                kube_cluster.kubectl("delete", obj["kind"], obj["metadata"]["name"], "--ignore-not-found", check=False)
+
+
+@pytest.mark.parametrize("installed_rbac", ["none", "one", "two"], indirect=True, ids=["cluster-wide", "one", "two"])
+def test_should_grant_the_operator_exactly_what_it_needs_where_it_works(
+    kube_cluster: Cluster, installed_rbac: tuple[list[str], tuple[str, str]]
+) -> None:
+    watched, account = installed_rbac
+    for namespace in watched or ["default", "kube-public"]:
+        for group, resource, verb in sorted(NAMESPACED_RULES):
+            assert _allowed(kube_cluster, account, verb, group, resource, namespace), (
+                f"{verb} {group}/{resource} in {namespace}"
+            )
+        for verb, group, resource in FORBIDDEN:
+            assert not _allowed(kube_cluster, account, verb, group, resource, namespace), (
+                f"{verb} {group}/{resource} in {namespace}"
+            )
+    cluster_wide = not watched
+    # kopf's cluster-wide watches list the pools and their children across namespaces; CRDs are cluster-scoped.
+    for group, resource, verb in [("fireflow.persistent.ai", "fireflowworkerpools", "watch"),
+                                  ("apps", "statefulsets", "list"), ("", "pods", "watch"),
+                                  *sorted(CLUSTER_ONLY_RULES)]:  # fmt: skip
+        assert _allowed(kube_cluster, account, verb, group, resource, "") is cluster_wide, f"{verb} {resource} (all)"
+    # Never any namespace lifecycle: kopf lists namespaces only to match patterns, which this operator never uses.
+    assert not _allowed(kube_cluster, account, "list", "", "namespaces", "")
+    if watched:
+        for verb, group, resource in [("get", "fireflow.persistent.ai", "fireflowworkerpools"), ("get", "", "secrets")]:
+            assert not _allowed(kube_cluster, account, verb, group, resource, "default"), "outside the watched ones"
+
+
+def _sample(text: str) -> list[Json]:
+    match = re.search(r"^kubectl apply -f - <<'EOF'\n(.*?)^EOF$", text, re.MULTILINE | re.DOTALL)
+    assert match, f"NOTES.txt has no `kubectl apply -f - <<'EOF'` sample:\n{text}"
+    return [doc for doc in yaml.safe_load_all(match.group(1)) if doc]
+
+
+@pytest.mark.parametrize("mode", ["cluster-wide", "one-namespace", "no-crd"])
+def test_should_print_a_sample_the_api_server_accepts_in_notes(
+    tmp_path: Path, kube_cluster: Cluster, kube_namespace: str, request: pytest.FixtureRequest, mode: str
+) -> None:
+    release = _release(kube_namespace)
+    watched = [str(request.getfixturevalue("other_namespace"))] if mode == "one-namespace" else []
+    values: Json = {"watchNamespaces": watched, "crds": {"create": mode != "no-crd"}}
+    text = notes(tmp_path, values, kubeconfig=kube_cluster.kubeconfig, release=release, namespace=kube_namespace)
+    assert f"kubectl -n {kube_namespace} rollout status deployment/{release}-fireflow-operator" in text
+    assert ("crds.create=false" in text) is (mode == "no-crd")
+    sample = _sample(text)
+    assert [o["kind"] for o in sample] == ["Secret", "FireflowWorkerPool"]
+    expected_namespace = watched[0] if watched else kube_namespace
+    assert {o["metadata"]["namespace"] for o in sample} == {expected_namespace}
+    secret, pool = sample
+    assert pool["spec"]["database"]["secretRef"] == {"name": secret["metadata"]["name"], "key": "url"}
+    assert set(secret["stringData"]) == {"url"}
+    stored = kubectl_apply(kube_cluster.kubeconfig, sample)
+    chart = yaml.safe_load((CHART_DIR / "Chart.yaml").read_text())
+    assert stored[1]["spec"]["image"] == f"fireflow-worker:{chart['appVersion']}"

@@ -1,0 +1,302 @@
+"""The chart rendered by `helm template` for every meaningful combination of values: lint, labels, the
+operator's Deployment and settings, RBAC in both modes, metrics, CRD. The API server's own validation of the
+same renders is in test_chart_cluster.py."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+from fireflow_operator.settings import OperatorSettings, load_settings
+
+from tests.chart.chart import (
+    CHART_DIR,
+    CLUSTER_ONLY_RULES,
+    CUSTOM_SETTINGS,
+    NAMESPACED_RULES,
+    SCENARIO_IDS,
+    SCENARIOS,
+    Json,
+    Scenario,
+    by_kind,
+    lint,
+    one,
+    render,
+)
+
+pytestmark = pytest.mark.usefixtures("helm_bin")
+
+NAMESPACES = ["team-a", "team-b"]
+RELEASE = "ff"
+SELECTOR = {"app.kubernetes.io/name": "fireflow-operator", "app.kubernetes.io/instance": RELEASE}
+STANDARD_LABELS = {"helm.sh/chart", "app.kubernetes.io/name", "app.kubernetes.io/instance",
+                   "app.kubernetes.io/version", "app.kubernetes.io/managed-by"}  # fmt: skip
+CLUSTER_SCOPED = {"ClusterRole", "ClusterRoleBinding", "CustomResourceDefinition"}
+
+
+def _render(tmp_path: Path, scenario: Scenario) -> list[Json]:
+    return render(tmp_path, scenario.values(NAMESPACES), release=RELEASE)
+
+
+def _flat_rules(role: Json) -> set[tuple[str, str, str]]:
+    return {
+        (group, resource, verb)
+        for rule in role["rules"]
+        for group in rule["apiGroups"]
+        for resource in rule["resources"]
+        for verb in rule["verbs"]
+    }
+
+
+def _container(objects: list[Json]) -> Json:
+    containers = one(objects, "Deployment")["spec"]["template"]["spec"]["containers"]
+    assert len(containers) == 1
+    container: Json = containers[0]
+    return container
+
+
+def _env(objects: list[Json]) -> dict[str, str]:
+    env: dict[str, str] = {}
+    for var in _container(objects)["env"]:
+        assert "valueFrom" not in var, f"{var['name']}: configuration is plain env, never a reference"
+        env[var["name"]] = var["value"]
+    return env
+
+
+@pytest.mark.parametrize("scenario", SCENARIOS, ids=SCENARIO_IDS)
+def test_should_pass_helm_lint_strict_when_values_are(tmp_path: Path, scenario: Scenario) -> None:
+    output = lint(tmp_path, scenario.values(NAMESPACES))
+    assert "0 chart(s) failed" in output
+    assert "[WARNING]" not in output and "[ERROR]" not in output
+
+
+def test_should_document_every_value_with_a_helm_docs_comment() -> None:
+    """Every value has a `# --` comment right above it; a documented object value (like `resources`) covers
+    its keys, an undocumented mapping is a section whose keys must each be documented."""
+    text = (CHART_DIR / "values.yaml").read_text()
+    lines = text.splitlines()
+    undocumented: list[str] = []
+
+    def documented(line: int) -> bool:
+        cursor = line - 1
+        while cursor >= 0 and lines[cursor].strip().startswith("#"):
+            if lines[cursor].strip().startswith("# --"):
+                return True
+            cursor -= 1
+        return False
+
+    def walk(node: yaml.Node, path: str) -> None:
+        assert isinstance(node, yaml.MappingNode)
+        for key, value in node.value:
+            name = f"{path}{key.value}"
+            if documented(key.start_mark.line):
+                continue
+            if isinstance(value, yaml.MappingNode) and value.value:
+                walk(value, f"{name}.")
+            else:
+                undocumented.append(name)
+
+    root = yaml.compose(text)
+    assert root is not None
+    walk(root, "")
+    assert not undocumented, f"values without a `# --` comment: {undocumented}"
+
+
+def test_should_have_a_schema_entry_for_every_value() -> None:
+    schema = yaml.safe_load((CHART_DIR / "values.schema.json").read_text())
+    values = yaml.safe_load((CHART_DIR / "values.yaml").read_text())
+
+    def walk(value: Any, node: Json, path: str) -> None:
+        if "$ref" in node:
+            node = schema["definitions"][node["$ref"].rsplit("/", 1)[-1]]
+        if isinstance(value, dict) and "properties" in node:
+            for key, sub in value.items():
+                assert key in node["properties"], f"{path}{key} has no schema"
+                walk(sub, node["properties"][key], f"{path}{key}.")
+
+    walk(values, schema, "")
+
+
+@pytest.mark.parametrize("scenario", SCENARIOS, ids=SCENARIO_IDS)
+def test_should_label_every_object_and_select_only_name_and_instance(tmp_path: Path, scenario: Scenario) -> None:
+    objects = _render(tmp_path, scenario)
+    for obj in objects:
+        labels = obj["metadata"].get("labels", {})
+        assert set(labels) >= STANDARD_LABELS, f"{obj['kind']} {obj['metadata']['name']} labels: {labels}"
+        assert labels["app.kubernetes.io/managed-by"] == "Helm"
+        if obj["kind"] not in CLUSTER_SCOPED:
+            assert obj["metadata"].get("namespace"), f"{obj['kind']} has no explicit namespace"
+    deployment = one(objects, "Deployment")
+    assert deployment["spec"]["selector"] == {"matchLabels": SELECTOR}
+    pod_labels = deployment["spec"]["template"]["metadata"]["labels"]
+    assert {k: pod_labels[k] for k in SELECTOR} == SELECTOR
+    for service in by_kind(objects, "Service"):
+        assert service["spec"]["selector"] == SELECTOR
+
+
+def test_should_run_one_operator_replaced_by_recreate_with_secure_defaults(tmp_path: Path) -> None:
+    objects = render(tmp_path, {}, release=RELEASE)
+    deployment = one(objects, "Deployment")
+    assert deployment["spec"]["replicas"] == 1
+    assert deployment["spec"]["strategy"] == {"type": "Recreate"}
+    pod = deployment["spec"]["template"]["spec"]
+    assert pod["securityContext"]["runAsNonRoot"] is True
+    assert pod["securityContext"]["runAsUser"] == 10001
+    assert pod["securityContext"]["seccompProfile"] == {"type": "RuntimeDefault"}
+    container = _container(objects)
+    assert container["image"] == "fireflow-operator:0.1.0"
+    assert container["command"] == ["fireflow-operator"]
+    security = container["securityContext"]
+    assert security["readOnlyRootFilesystem"] is True
+    assert security["allowPrivilegeEscalation"] is False
+    assert security["runAsNonRoot"] is True
+    assert security["capabilities"] == {"drop": ["ALL"]}
+    assert security["seccompProfile"] == {"type": "RuntimeDefault"}
+    assert container["resources"]["requests"] == {"cpu": "100m", "memory": "256Mi"}
+    assert container["resources"]["limits"]["memory"] == "512Mi"
+    # /tmp is the only writable path, and it is an emptyDir: nothing is mounted from a ConfigMap or Secret.
+    assert container["volumeMounts"] == [{"name": "tmp", "mountPath": "/tmp"}]
+    assert pod["volumes"] == [{"name": "tmp", "emptyDir": {}}]
+    assert pod["serviceAccountName"] == f"{RELEASE}-fireflow-operator"
+    assert one(objects, "ServiceAccount")["metadata"]["name"] == pod["serviceAccountName"]
+
+
+def test_should_probe_kopf_liveness_endpoint_on_the_health_port(tmp_path: Path) -> None:
+    objects = render(tmp_path, {}, release=RELEASE)
+    container, env = _container(objects), _env(objects)
+    for probe in ("livenessProbe", "readinessProbe"):
+        assert container[probe]["httpGet"] == {"path": "/healthz", "port": int(env["FIREFLOW_OPERATOR_HEALTH_PORT"])}
+    # The metrics port is the only declared one (the process node hands the first declared port to the
+    # image's port variable, FIREFLOW_OPERATOR_METRICS_PORT).
+    assert container["ports"] == [{"name": "metrics", "containerPort": 8080, "protocol": "TCP"}]
+
+
+def test_should_default_every_setting_to_the_operators_own_default(tmp_path: Path) -> None:
+    env = _env(render(tmp_path, {}, release=RELEASE))
+    aliases = {info.alias for info in OperatorSettings.model_fields.values() if info.alias}
+    assert aliases - set(env) == {"FIREFLOW_OPERATOR_NAMESPACES"}, "cluster-wide mode leaves only this unset"
+    assert load_settings(env) == load_settings({}), "the chart's defaults are the operator's defaults"
+
+
+@pytest.mark.parametrize("scenario", SCENARIOS, ids=SCENARIO_IDS)
+def test_should_configure_the_operator_through_env_its_settings_accept(tmp_path: Path, scenario: Scenario) -> None:
+    values = scenario.values(NAMESPACES)
+    settings = load_settings(_env(render(tmp_path, values, release=RELEASE)))
+    assert settings.namespaces == values.get("watchNamespaces", [])
+    metrics = values.get("metrics", {})
+    assert settings.metrics_port == (0 if metrics.get("enabled") is False else metrics.get("port", 8080))
+    assert settings.health_port == values.get("operator", {}).get("healthPort", 8081)
+
+
+def test_should_pass_custom_settings_image_and_resources_through(tmp_path: Path) -> None:
+    scenario = next(s for s in SCENARIOS if s.name == "custom-image-resources-settings")
+    values = scenario.values(NAMESPACES)
+    objects = render(tmp_path, values, release=RELEASE)
+    settings = load_settings(_env(objects))
+    operator, metrics = CUSTOM_SETTINGS["operator"], CUSTOM_SETTINGS["metrics"]
+    assert settings.log_level == operator["logLevel"]
+    assert settings.resync_seconds == operator["resyncSeconds"]
+    assert settings.database_timeout_seconds == operator["databaseTimeoutSeconds"]
+    assert settings.migration_retry_seconds == operator["migrationRetrySeconds"]
+    assert settings.health_port == operator["healthPort"]
+    assert settings.metrics_port == metrics["port"]
+    container = _container(objects)
+    assert _env(objects)["TZ"] == "UTC"
+    assert container["image"] == f"registry.example.com/platform/fireflow-operator@sha256:{'ab' * 32}"
+    assert container["imagePullPolicy"] == "Always"
+    assert container["resources"] == values["resources"]
+    assert container["livenessProbe"]["httpGet"]["port"] == operator["healthPort"]
+    assert container["ports"][0]["containerPort"] == metrics["port"]
+    service = one(objects, "Service")
+    assert service["spec"]["ports"] == [{"name": "metrics", "port": 9999, "targetPort": "metrics", "protocol": "TCP"}]
+    pod = one(objects, "Deployment")["spec"]["template"]
+    assert pod["metadata"]["labels"]["team"] == "platform"
+    assert pod["metadata"]["annotations"] == {"example.com/owner": "platform"}
+    assert pod["spec"]["imagePullSecrets"] == [{"name": "regcred"}]
+    assert pod["spec"]["nodeSelector"] == {"kubernetes.io/os": "linux"}
+    assert pod["spec"]["priorityClassName"] == "system-cluster-critical"
+    assert pod["spec"]["serviceAccountName"] == "fireflow-operator-sa"
+    account = one(objects, "ServiceAccount")
+    assert account["metadata"]["name"] == "fireflow-operator-sa"
+    assert account["metadata"]["annotations"] == {"example.com/role": "operator"}
+    assert one(objects, "ClusterRoleBinding")["subjects"][0]["name"] == "fireflow-operator-sa"
+
+
+def test_should_grant_cluster_wide_rbac_when_no_namespace_is_watched(tmp_path: Path) -> None:
+    objects = render(tmp_path, {}, release=RELEASE)
+    assert not by_kind(objects, "Role") and not by_kind(objects, "RoleBinding")
+    role = one(objects, "ClusterRole")
+    assert _flat_rules(role) == NAMESPACED_RULES | CLUSTER_ONLY_RULES
+    binding = one(objects, "ClusterRoleBinding")
+    assert binding["roleRef"] == {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole",
+                                  "name": role["metadata"]["name"]}  # fmt: skip
+    assert binding["subjects"] == [
+        {"kind": "ServiceAccount", "name": f"{RELEASE}-fireflow-operator", "namespace": "fireflow-system"}
+    ]
+    assert "FIREFLOW_OPERATOR_NAMESPACES" not in _env(objects)
+
+
+@pytest.mark.parametrize("watched", [NAMESPACES[:1], NAMESPACES], ids=["one", "two"])
+def test_should_grant_roles_only_in_watched_namespaces_when_watch_namespaces_is_set(
+    tmp_path: Path, watched: list[str]
+) -> None:
+    objects = render(tmp_path, {"watchNamespaces": watched}, release=RELEASE)
+    assert not by_kind(objects, "ClusterRole") and not by_kind(objects, "ClusterRoleBinding")
+    roles, bindings = by_kind(objects, "Role"), by_kind(objects, "RoleBinding")
+    assert sorted(r["metadata"]["namespace"] for r in roles) == sorted(watched)
+    assert sorted(b["metadata"]["namespace"] for b in bindings) == sorted(watched)
+    for role in roles:
+        assert _flat_rules(role) == NAMESPACED_RULES
+    for binding in bindings:
+        assert binding["roleRef"]["kind"] == "Role"
+        assert binding["subjects"] == [
+            {"kind": "ServiceAccount", "name": f"{RELEASE}-fireflow-operator", "namespace": "fireflow-system"}
+        ]
+    assert _env(objects)["FIREFLOW_OPERATOR_NAMESPACES"] == ",".join(watched)
+
+
+def test_should_use_the_given_account_and_no_rbac_when_both_come_from_elsewhere(tmp_path: Path) -> None:
+    objects = render(tmp_path, {"serviceAccount": {"create": False, "name": "provided"}, "rbac": {"create": False}})
+    kinds = {obj["kind"] for obj in objects}
+    assert not kinds & {"ServiceAccount", "Role", "RoleBinding", "ClusterRole", "ClusterRoleBinding"}
+    assert one(objects, "Deployment")["spec"]["template"]["spec"]["serviceAccountName"] == "provided"
+
+
+def test_should_install_the_crd_with_the_keep_policy_unless_disabled(tmp_path: Path) -> None:
+    crd = one(render(tmp_path, {}), "CustomResourceDefinition")
+    assert crd["metadata"]["name"] == "fireflowworkerpools.fireflow.persistent.ai"
+    assert crd["metadata"]["annotations"] == {"helm.sh/resource-policy": "keep"}
+    assert not by_kind(render(tmp_path, {"crds": {"create": False}}), "CustomResourceDefinition")
+
+
+def test_should_render_the_service_monitor_only_when_enabled(tmp_path: Path) -> None:
+    assert not by_kind(render(tmp_path, {}), "ServiceMonitor")
+    scenario = next(s for s in SCENARIOS if s.name == "service-monitor")
+    objects = render(tmp_path, scenario.values(NAMESPACES), release=RELEASE)
+    monitor = one(objects, "ServiceMonitor")
+    assert monitor["apiVersion"] == "monitoring.coreos.com/v1"
+    assert monitor["metadata"]["labels"]["release"] == "prometheus"
+    service = one(objects, "Service")
+    selected = monitor["spec"]["selector"]["matchLabels"]
+    assert selected.items() <= service["metadata"]["labels"].items(), "the monitor must select the metrics Service"
+    assert monitor["spec"]["namespaceSelector"] == {"matchNames": [service["metadata"]["namespace"]]}
+    (endpoint,) = monitor["spec"]["endpoints"]
+    assert endpoint["port"] == service["spec"]["ports"][0]["name"]
+    assert endpoint["path"] == "/metrics"
+    assert (endpoint["interval"], endpoint["scrapeTimeout"]) == ("15s", "10s")
+    assert endpoint["relabelings"] == [{"targetLabel": "team", "replacement": "fireflow"}]
+
+
+def test_should_turn_the_metrics_endpoint_off_when_metrics_are_disabled(tmp_path: Path) -> None:
+    objects = render(tmp_path, {"metrics": {"enabled": False}})
+    assert not by_kind(objects, "Service")
+    assert _env(objects)["FIREFLOW_OPERATOR_METRICS_PORT"] == "0"
+    assert "ports" not in _container(objects)
+
+
+def test_should_name_everything_after_fullname_override(tmp_path: Path) -> None:
+    objects = render(tmp_path, {"fullnameOverride": "ffop"})
+    names = {obj["metadata"]["name"] for obj in objects if obj["kind"] != "CustomResourceDefinition"}
+    assert names == {"ffop", "ffop-metrics"}
