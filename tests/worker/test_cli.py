@@ -1,0 +1,79 @@
+"""The `fireflow` command as a user runs it, and the worker's explicit local (SQLite) mode."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from collections.abc import Callable
+from pathlib import Path
+
+from tests.worker.proc import REPO_ROOT, WorkerProcess
+
+FIREFLOW_BIN = str(Path(sys.executable).with_name("fireflow"))
+GREET = str(Path(REPO_ROOT) / "examples" / "flows" / "greet.yaml")
+StartWorker = Callable[..., WorkerProcess]
+
+
+def _fireflow(url: str, *args: str) -> subprocess.CompletedProcess[str]:
+    env = {**os.environ, "DATABASE_URL_EXECUTIONS": url}
+    return subprocess.run([FIREFLOW_BIN, *args], env=env, capture_output=True, text=True, timeout=120, check=False)
+
+
+def test_should_enqueue_follow_and_print_the_result_from_the_command_line(
+    migrated_url: str, start_worker: StartWorker
+) -> None:
+    start_worker()
+    result = _fireflow(migrated_url, "run", GREET, "--input", "who=Ada", "--follow")
+    assert result.returncode == 0, result.stderr
+    lines = result.stdout.splitlines()
+    run_id = lines[0].removeprefix("enqueued run ")
+    events = [json.loads(line) for line in lines[1:-1]]
+    assert [e["event"] for e in events][0] == "run.started"
+    assert {e["node"] for e in events if e["event"] == "node.finished"} == {"hello", "card"}
+    final = json.loads(lines[-1])
+    assert final == {
+        "run_id": run_id,
+        "result": {
+            "card": {
+                "greeting": "Hello, Ada!",
+                "recipient": "Ada",
+                "note": "rendered by node hello; ${...} stays literal",
+            }
+        },
+    }
+    status = json.loads(_fireflow(migrated_url, "status", run_id).stdout)
+    assert (status["status"], status["executor_id"]) == ("SUCCESS", "worker-a")
+
+
+def test_should_run_a_stored_flow_by_reference_from_the_command_line(
+    migrated_url: str, start_worker: StartWorker
+) -> None:
+    start_worker()
+    assert _fireflow(migrated_url, "save-flow", "greet", GREET).stdout.strip() == "saved flow greet"
+    result = _fireflow(migrated_url, "run", "greet", "--ref", "--input", "who=Bo", "--follow")
+    assert result.returncode == 0, result.stderr
+    assert json.loads(result.stdout.splitlines()[-1])["result"]["card"]["recipient"] == "Bo"
+
+
+def test_should_exit_2_and_enqueue_nothing_for_an_invalid_flow_file(migrated_url: str, tmp_path: Path) -> None:
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("name: bad\nnodes:\n  a: {type: nope}\n")
+    result = _fireflow(migrated_url, "run", str(bad))
+    assert result.returncode == 2
+    assert "unknown node type 'nope'" in result.stderr
+    assert "enqueued" not in result.stdout
+
+
+def test_should_run_flows_in_local_mode_on_a_sqlite_file(tmp_path: Path) -> None:
+    sqlite = tmp_path / "local.sqlite"
+    worker = WorkerProcess(None, "local-worker", FIREFLOW_LOCAL_MODE="true", FIREFLOW_LOCAL_SQLITE_PATH=str(sqlite))
+    try:
+        worker.start().wait_ready()
+        assert "local mode: SQLite at" in worker.output()
+        result = _fireflow(f"sqlite:///{sqlite}", "run", GREET, "--input", "who=Local", "--follow")
+        assert result.returncode == 0, result.stderr
+        assert json.loads(result.stdout.splitlines()[-1])["result"]["card"]["recipient"] == "Local"
+    finally:
+        worker.stop()
