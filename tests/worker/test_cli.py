@@ -30,7 +30,7 @@ def test_should_enqueue_follow_and_print_the_result_from_the_command_line(
     lines = result.stdout.splitlines()
     run_id = lines[0].removeprefix("enqueued run ")
     events = [json.loads(line) for line in lines[1:-1]]
-    assert [e["event"] for e in events][0] == "run.started"
+    assert events[0]["event"] == "run.started"
     assert {e["node"] for e in events if e["event"] == "node.finished"} == {"hello", "card"}
     final = json.loads(lines[-1])
     assert final == {
