@@ -373,11 +373,18 @@ def python_flow(function: str) -> dict[str, Any]:
 
 
 def test_should_refuse_a_python_function_when_the_allow_list_is_empty(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.delenv("FIREFLOW_PYTHON_NODE_MODULES", raising=False)
+    monkeypatch.setenv("FIREFLOW_PYTHON_NODE_MODULES", "")
     assert only_problem(python_flow("json:dumps")) == (
         "node 'a': params.function: module 'json' is not allowed by FIREFLOW_PYTHON_NODE_MODULES, "
         "which allows nothing (it is empty)"
     )
+
+
+def test_should_leave_the_allow_list_to_the_workers_when_it_is_unset_here(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A client enqueuing a flow does not know the workers' allow-list; they enforce it at run time."""
+    monkeypatch.delenv("FIREFLOW_PYTHON_NODE_MODULES", raising=False)
+    load_flow(python_flow("json:dumps"), REGISTRY)
+    assert "must be 'package.module:function'" in only_problem(python_flow("json.dumps"))
 
 
 def test_should_accept_a_python_function_from_an_allowed_module(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -31,12 +31,18 @@ def is_allowed(module: str, allowed: list[str]) -> bool:
     return any(module == entry or module.startswith(entry + ".") for entry in allowed)
 
 
-def check_function(function: str) -> tuple[str, str]:
-    """Split `module:function` and check it against the allow-list; raises ValueError."""
+def check_function(function: str, *, when_unset: bool = True) -> tuple[str, str]:
+    """Split `module:function` and check it against the allow-list; raises ValueError.
+
+    `when_unset=False` skips the allow-list where the variable is not set at all: a client validating a
+    flow before enqueue does not know the workers' allow-list, which they enforce when the node runs.
+    """
     match = _FUNCTION.fullmatch(function)
     if match is None:
         raise ValueError("must be 'package.module:function' (a public function name, no attribute chain)")
     module = match["module"]
+    if not when_unset and ALLOW_LIST_ENV not in os.environ:
+        return module, match["name"]
     allowed = allowed_modules()
     if not is_allowed(module, allowed):
         listed = ", ".join(allowed) if allowed else "nothing (it is empty)"
@@ -53,7 +59,7 @@ class PythonParams(BaseModel):
     @field_validator("function")
     @classmethod
     def _allowed(cls, function: str) -> str:
-        check_function(function)
+        check_function(function, when_unset=False)
         return function
 
 
