@@ -21,20 +21,22 @@ measurement's database is a fresh copy of it. Progress goes to stderr; the markd
 from __future__ import annotations
 
 import argparse
+import dataclasses
+import os
 import shutil
 import sys
 import tempfile
 import time
-from dataclasses import dataclass
 from pathlib import Path
 
 from fireflow_worker.local_postgres import LocalPostgres
 
 from benchmarks import measure, report
+from benchmarks.database import Databases
 from benchmarks.workload import KINDS
 
 
-@dataclass(frozen=True)
+@dataclasses.dataclass(frozen=True)
 class Plan:
     runs: int
     worker_counts: tuple[int, ...]
@@ -42,9 +44,10 @@ class Plan:
     polling_ms: tuple[int, ...]
     queue_counts: tuple[int, ...]
     claim_runs: int
+    repeat: int = 1  # throughput measurements per configuration; the summary shows their median
 
 
-FULL = Plan(runs=800, worker_counts=(1, 2), idle_window=10.0, polling_ms=(50, 200), queue_counts=(1, 4), claim_runs=100)
+FULL = Plan(runs=800, worker_counts=(1, 2), idle_window=15.0, polling_ms=(50, 200), queue_counts=(1, 4), claim_runs=100)
 QUICK = Plan(runs=60, worker_counts=(1, 2), idle_window=2.0, polling_ms=(50, 200), queue_counts=(1, 4), claim_runs=10)
 
 
@@ -52,16 +55,19 @@ def _say(message: str) -> None:
     print(f"[bench] {message}", file=sys.stderr, flush=True)
 
 
-def run(plan: Plan, bench: measure.Bench) -> report.Results:
-    results = report.Results()
+def _throughputs(plan: Plan, bench: measure.Bench, results: report.Results) -> None:
     for workers in plan.worker_counts:
-        for kind in KINDS:
-            t = measure.throughput(bench, kind, workers, plan.runs)
-            results.throughput.append(t)
-            _say(
-                f"throughput {kind}, {workers} worker(s): {t.runs_per_second:.1f} runs/s "
-                f"({t.runs} runs in {t.seconds:.2f} s, enqueued in {t.enqueue_seconds:.2f} s)"
-            )
+        for _ in range(plan.repeat):
+            for kind in KINDS:  # alternating, so a drift of the machine hits both kinds alike
+                t = measure.throughput(bench, kind, workers, plan.runs)
+                results.throughput.append(t)
+                _say(
+                    f"throughput {kind}, {workers} worker(s): {t.runs_per_second:.1f} runs/s "
+                    f"({t.runs} runs in {t.seconds:.2f} s, enqueued in {t.enqueue_seconds:.2f} s)"
+                )
+
+
+def _idle_loads(plan: Plan, bench: measure.Bench, results: report.Results) -> None:
     for queues in plan.queue_counts:
         for polling in plan.polling_ms:
             for kind in KINDS:
@@ -71,47 +77,60 @@ def run(plan: Plan, bench: measure.Bench) -> report.Results:
                     f"idle {kind}, {queues} queue(s), {polling} ms: {i.statements_per_second:.1f} statements/s, "
                     f"{i.commits_per_second:.1f} commits/s over {i.seconds:.1f} s"
                 )
+
+
+def _claim_latencies(plan: Plan, bench: measure.Bench, results: report.Results) -> None:
     for kind in KINDS:
         c = measure.claim_latency(bench, kind, plan.claim_runs)
         results.claims.append(c)
         _say(f"claim latency {kind}: p50 {c.percentile(50):.0f} ms, p99 {c.percentile(99):.0f} ms")
-    return results
+
+
+def _plan(args: argparse.Namespace) -> Plan:
+    plan = QUICK if args.quick else FULL
+    if args.runs is not None:
+        plan = dataclasses.replace(plan, runs=max(1, args.runs))
+    return dataclasses.replace(plan, repeat=max(1, args.repeat))
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m benchmarks.bench_worker", description=__doc__.split("\n\n")[0])
     parser.add_argument("--quick", action="store_true", help="a smoke run: fewer runs, shorter windows (~2 min)")
     parser.add_argument("--runs", type=int, help="runs per throughput measurement (default: 800, quick: 60)")
+    parser.add_argument("--repeat", type=int, default=1, help="throughput measurements per configuration (median)")
     parser.add_argument("--keep-logs", action="store_true", help="keep the worker logs (kept anyway on failure)")
     args = parser.parse_args(argv)
-    plan = QUICK if args.quick else FULL
-    if args.runs is not None:
-        plan = Plan(**{**plan.__dict__, "runs": args.runs})
+    plan = _plan(args)
     log_dir = Path(tempfile.mkdtemp(prefix="fireflow-bench-"))
     started = time.monotonic()
     _say(f"starting PostgreSQL on 127.0.0.1; worker logs in {log_dir}")
+    if os.getloadavg()[0] > len(os.sched_getaffinity(0)) / 2:
+        _say(f"warning: the machine is busy (load average {report.load_average()}); the figures will be noisy")
     server = LocalPostgres(max_connections=300).start()
+    results = report.Results()
     ok = False
     try:
         machine = report.machine(server.url())
-        bench = measure.Bench(server, log_dir)
-        bench.prepare()
-        results = run(plan, bench)
+        databases = Databases(server)
+        databases.prepare()
+        bench = measure.Bench(databases, log_dir)
+        _throughputs(plan, bench, results)
+        _idle_loads(plan, bench, results)
+        _claim_latencies(plan, bench, results)
+        machine.append(("load average 1/5/15 min, at end", report.load_average()))
         ok = True
     finally:
         server.stop()
-        if ok and not args.keep_logs:
-            shutil.rmtree(log_dir, ignore_errors=True)
-        elif not ok:
+        if not ok:
             _say(f"failed; worker logs kept in {log_dir}")
-    elapsed = time.monotonic() - started
+        elif not args.keep_logs:
+            shutil.rmtree(log_dir, ignore_errors=True)
+    command = " ".join([".venv/bin/python -m benchmarks.bench_worker", *(sys.argv[1:] if argv is None else argv)])
     mode = "quick" if args.quick else "full"
-    print(f"## Worker benchmark ({mode} run, {elapsed:.0f} s)\n")
-    print("\n".join(report.machine_table(machine)))
-    print()
-    print("\n".join(report.summary_table(results)))
-    print()
-    print("\n".join(report.details_table(results)))
+    print(f"## Worker benchmark\n\n`{command}`: {mode} run, {time.monotonic() - started:.0f} s\n")
+    for table in (report.machine_table(machine), report.summary_table(results), report.details_table(results)):
+        print("\n".join(table), end="\n\n")
+    print("\n".join(report.NOTES))
     return 0
 
 

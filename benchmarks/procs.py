@@ -14,9 +14,10 @@ import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 
+from fireflow_worker.dburl import redact_url
 from fireflow_worker.local_postgres import free_port
 
-from benchmarks.workload import APPLICATION_NAME, Kind
+from benchmarks.workload import APPLICATION_NAME, WORKER_CONCURRENCY, Kind
 
 BIN = Path(sys.executable).parent
 REPO_ROOT = Path(__file__).resolve().parents[1]
@@ -40,7 +41,8 @@ def migrate(kind: Kind, database_url: str) -> None:
         env = dict(os.environ)
     done = subprocess.run(args, env=env, capture_output=True, text=True, check=False)
     if done.returncode != 0:
-        raise WorkerError(f"{kind} migration failed ({done.returncode}): {done.stdout[-2000:]} {done.stderr[-2000:]}")
+        output = redact_url(f"{done.stdout[-2000:]} {done.stderr[-2000:]}")
+        raise WorkerError(f"{kind} migration failed ({done.returncode}): {output}")
 
 
 class Worker:
@@ -58,8 +60,10 @@ class Worker:
     ) -> None:
         self.kind = kind
         self.worker_id = worker_id
-        self.log_path = log_dir / f"{kind}-{worker_id}.log"
-        self._ready_file = log_dir / f"{kind}-{worker_id}.ready"
+        # One log per measurement: named after the measurement's database.
+        stem = f"{database_url.rsplit('/', 1)[1]}-{worker_id}"
+        self.log_path = log_dir / f"{stem}.log"
+        self._ready_file = log_dir / f"{stem}.ready"
         self._health_port = free_port()
         self.env = {
             **os.environ,
@@ -69,7 +73,7 @@ class Worker:
             "FIREFLOW_WORKER_ID": worker_id,
             "DBOS_RUN_MIGRATIONS": "false",
             "DBOS_QUEUE_POLLING_INTERVAL_MS": str(polling_ms),
-            "DBOS_WORKER_CONCURRENCY": "50",
+            "DBOS_WORKER_CONCURRENCY": str(WORKER_CONCURRENCY),
             "DBOS_QUEUE_CONCURRENCY": "0",
             "DBOS_SYSTEM_DATABASE_POOL_SIZE": "30",
             "DBOS_LOG_LEVEL": "info",

@@ -5,6 +5,7 @@ from __future__ import annotations
 import importlib.metadata
 import os
 import platform
+import statistics
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -12,13 +13,28 @@ import psycopg
 
 from benchmarks.measure import ClaimLatency, IdleLoad, Throughput
 
-# Raw DBOS 3.4.0 idle figures from docs/dbos-3.4-runtime.md ("The claim and the idle cost"), one idle
+# Raw DBOS 3.4.0 idle figures from ../shared/docs/dbos-3.4-runtime.md ("The claim and the idle cost"), one idle
 # worker: (polling ms, queues) -> (statements/s, commits/s). Context only: measured on another occasion.
 PRIOR_IDLE: dict[tuple[int, int], tuple[float, float]] = {
     (50, 1): (138.9, 79.9),
     (200, 1): (49.8, 28.8),
     (50, 4): (459.0, 263.0),
 }
+NOTES = (
+    "- FireFlow: `fireflow-worker` running the flow template -> transform -> template (`benchmarks/workload.py`)."
+    " Raw DBOS: `benchmarks/baseline_worker.py`, a plain `@DBOS.workflow` of three `@DBOS.step`s computing the"
+    " same. Both: worker concurrency 50, no global cap, pool 30, one queue served unless said otherwise.",
+    "- Throughput: workers ready, queue held (`worker_concurrency` 0 in its `dbos.queues` row), N runs enqueued"
+    " up front by one client (FireflowClient / DBOSClient; its time is the enqueue column), queue released;"
+    " N / (last `completed_at` - release). CPU, statements and commits per run: the workers', over that window.",
+    "- Idle load: one worker, nothing queued; `pg_stat_statements` calls and `pg_stat_database.xact_commit`"
+    " deltas of its database over the window. The 4-queue baseline registers the same four queues.",
+    "- Claim latency: `dequeued_at - created_at` (database clock), runs enqueued one at a time at random phases.",
+    "- Every measurement on a fresh database (a copy of a template migrated once per kind: `fireflow-worker"
+    " migrate`, plain `dbos migrate` for the baseline); every worker a subprocess with its own executor id.",
+    '- Prior raw DBOS: ../shared/docs/dbos-3.4-runtime.md, "The claim and the idle cost" (measured earlier;'
+    " context only).",
+)
 PG_SETTINGS = ("server_version", "fsync", "synchronous_commit", "full_page_writes", "shared_buffers")
 
 
@@ -35,6 +51,11 @@ def _version(package: str) -> str:
         return importlib.metadata.version(package)
     except importlib.metadata.PackageNotFoundError:
         return "not installed"
+
+
+def load_average() -> str:
+    """The 1/5/15-minute load averages: anything else busy on the machine shows here."""
+    return " / ".join(f"{load:.2f}" for load in os.getloadavg())
 
 
 def machine(server_url: str) -> list[tuple[str, str]]:
@@ -57,6 +78,7 @@ def machine(server_url: str) -> list[tuple[str, str]]:
         ),
         ("dbos", _version("dbos")),
         ("fireflow-pool", _version("fireflow-pool")),
+        ("load average 1/5/15 min, at start", load_average()),
     ]
 
 
@@ -92,14 +114,16 @@ def _plural(count: int, noun: str) -> str:
 def _throughput_rows(results: Results) -> list[str]:
     rows = []
     for workers in sorted({t.workers for t in results.throughput}):
-        by_kind = {t.kind: t for t in results.throughput if t.workers == workers}
-        runs = next(iter(by_kind.values())).runs
-        ff, raw = by_kind.get("fireflow"), by_kind.get("baseline")
+        measured = [t for t in results.throughput if t.workers == workers]
+        ff = [t.runs_per_second for t in measured if t.kind == "fireflow"]
+        raw = [t.runs_per_second for t in measured if t.kind == "baseline"]
+        repeats = max(len(ff), len(raw))
+        of = f", median of {repeats}" if repeats > 1 else ""
         rows.append(
             _row(
-                f"throughput, {_plural(workers, 'worker')}, {runs} runs (runs/s)",
-                ff.runs_per_second if ff else None,
-                raw.runs_per_second if raw else None,
+                f"throughput, {_plural(workers, 'worker')}, {measured[0].runs} runs{of} (runs/s)",
+                statistics.median(ff) if ff else None,
+                statistics.median(raw) if raw else None,
             )
         )
     return rows
@@ -160,15 +184,16 @@ def summary_table(results: Results) -> list[str]:
 def details_table(results: Results) -> list[str]:
     lines = [
         "| throughput run | runs | seconds | runs/s | enqueue s | runs per worker "
-        "| worker CPU ms/run | PostgreSQL CPU ms/run |",
-        "|---|---:|---:|---:|---:|---|---:|---:|",
+        "| worker CPU ms/run | PostgreSQL CPU ms/run | statements/run | commits/run |",
+        "|---|---:|---:|---:|---:|---|---:|---:|---:|---:|",
     ]
     for t in results.throughput:
         split = " / ".join(str(count) for count in t.per_worker.values())
         lines.append(
             f"| {t.kind}, {_plural(t.workers, 'worker')} | {t.runs} | {t.seconds:.2f} | "
             f"{t.runs_per_second:.1f} | {t.enqueue_seconds:.2f} | {split} | "
-            f"{1000 * t.worker_cpu_seconds / t.runs:.1f} | {1000 * t.server_cpu_seconds / t.runs:.1f} |"
+            f"{1000 * t.worker_cpu_seconds / t.runs:.1f} | {1000 * t.server_cpu_seconds / t.runs:.1f} | "
+            f"{t.load.statements / t.runs:.1f} | {t.load.commits / t.runs:.1f} |"
         )
     lines += [
         "",

@@ -18,6 +18,7 @@ Kind = Literal["fireflow", "baseline"]
 KINDS: tuple[Kind, ...] = ("fireflow", "baseline")
 
 QUEUE = queues.EXECUTIONS
+WORKER_CONCURRENCY = 50  # the worker's default, given to both kinds
 APPLICATION_NAME = "fireflow"
 RAW_WORKFLOW_NAME = "bench.raw_flow"
 

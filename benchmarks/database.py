@@ -1,0 +1,131 @@
+"""The benchmark's side of the database: fresh databases from migrated templates, the load counters, and a
+connection that watches runs without being counted as load.
+"""
+
+from __future__ import annotations
+
+import time
+import uuid
+from dataclasses import dataclass
+from typing import Any
+
+import psycopg
+from fireflow_worker.local_postgres import LocalPostgres
+
+from benchmarks.procs import migrate
+from benchmarks.workload import KINDS, Kind
+
+TERMINAL = ("SUCCESS", "ERROR", "CANCELLED", "MAX_RECOVERY_ATTEMPTS_EXCEEDED")
+
+
+class BenchmarkError(RuntimeError):
+    """A measurement could not be taken (a run failed, a worker died, a timeout)."""
+
+
+class Databases:
+    """One migrated template database per kind; each measurement gets a fresh copy of its kind's template
+    (`CREATE DATABASE ... TEMPLATE`), so the migration runs once per kind, not once per measurement."""
+
+    def __init__(self, server: LocalPostgres) -> None:
+        self.server = server
+        self._templates: dict[Kind, str] = {}
+
+    def prepare(self) -> None:
+        with self.admin() as admin:
+            # The view is created where the benchmark reads it (`postgres`); it reports every database.
+            admin.execute("CREATE EXTENSION IF NOT EXISTS pg_stat_statements")
+        for kind in KINDS:
+            name = f"bench_template_{kind}"
+            migrate(kind, self.server.create_database(name))
+            self._templates[kind] = name
+
+    def fresh(self, label: str, kind: Kind) -> str:
+        """A new database migrated the way `kind` is deployed; returns its URL."""
+        name = f"bench_{label}_{uuid.uuid4().hex[:8]}"
+        with self.admin() as admin:
+            admin.execute(f'CREATE DATABASE "{name}" TEMPLATE "{self._templates[kind]}"')
+        return self.server.url(name)
+
+    def admin(self) -> psycopg.Connection[Any]:
+        """A session in the `postgres` database: what it runs is not counted against a measured database."""
+        return psycopg.connect(self.server.url(), autocommit=True)
+
+
+@dataclass(frozen=True)
+class Counters:
+    """Cumulative load counters of one database."""
+
+    statements: int  # sum(calls) of pg_stat_statements since its last reset
+    commits: int  # pg_stat_database.xact_commit
+
+    @staticmethod
+    def read(admin: psycopg.Connection[Any], database_url: str) -> Counters:
+        admin.execute("SELECT pg_stat_clear_snapshot()")
+        row = admin.execute(
+            """
+            SELECT (SELECT coalesce(sum(s.calls), 0) FROM pg_stat_statements s WHERE s.dbid = d.datid),
+                   d.xact_commit
+            FROM pg_stat_database d WHERE d.datname = %s
+            """,
+            (database_url.rsplit("/", 1)[1],),
+        ).fetchone()
+        if row is None:
+            raise BenchmarkError(f"no statistics for {database_url.rsplit('/', 1)[1]}")
+        return Counters(int(row[0]), int(row[1]))
+
+    def __sub__(self, other: Counters) -> Counters:
+        return Counters(self.statements - other.statements, self.commits - other.commits)
+
+
+class RunWatcher:
+    """Reads `dbos.workflow_status` of a measured database. Its statements are kept out of
+    `pg_stat_statements` (`pg_stat_statements.track = none` for this session) and counted in `queries`, so
+    that each of them (one autocommit transaction each) can be subtracted from the database's commits."""
+
+    def __init__(self, database_url: str) -> None:
+        self._conn = psycopg.connect(database_url, autocommit=True)
+        self._conn.execute("SET pg_stat_statements.track = 'none'")
+        self.queries = 0
+
+    def close(self) -> None:
+        self._conn.close()
+
+    def __enter__(self) -> RunWatcher:
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        self.close()
+
+    def rows(self, query: str) -> list[tuple[Any, ...]]:
+        self.queries += 1
+        return self._conn.execute(query).fetchall()
+
+    def set_worker_concurrency(self, queue: str, worker_concurrency: int) -> int:
+        """Change a queue's per-worker limit in its `dbos.queues` row, which every worker reloads before each
+        poll (0 holds the queue: no worker claims from it); returns the database clock (ms) after the change."""
+        self.queries += 1
+        row = self._conn.execute(
+            "UPDATE dbos.queues SET worker_concurrency = %s WHERE name = %s"
+            " RETURNING (extract(epoch FROM clock_timestamp()) * 1000)::bigint",
+            (worker_concurrency, queue),
+        ).fetchone()
+        if row is None:
+            raise BenchmarkError(f"queue {queue} is not registered")
+        return int(row[0])
+
+    def statuses(self) -> dict[str, int]:
+        rows = self.rows("SELECT status, count(*) FROM dbos.workflow_status GROUP BY status")
+        return {str(status): int(count) for status, count in rows}
+
+    def wait_all_succeeded(self, runs: int, *, timeout: float, interval: float) -> None:
+        """Until `runs` runs have ended; raises unless every one of them is SUCCESS."""
+        deadline = time.monotonic() + timeout
+        while True:
+            counts = self.statuses()
+            if sum(counts.get(status, 0) for status in TERMINAL) >= runs:
+                if counts.get("SUCCESS", 0) != runs:
+                    raise BenchmarkError(f"not every run succeeded: {counts}")
+                return
+            if time.monotonic() > deadline:
+                raise BenchmarkError(f"runs not finished after {timeout:.0f} s: {counts}")
+            time.sleep(interval)
