@@ -33,6 +33,8 @@ def stranded_executors(
 def pending_executors(url: str, namespace: str, statefulset: str, *, timeout_seconds: int) -> list[str]:
     prefix = f"{namespace}.{statefulset}-"
     with psycopg.connect(url, connect_timeout=timeout_seconds, application_name="fireflow-operator") as conn:
+        if conn.execute("SELECT to_regclass('dbos.workflow_status') IS NULL").fetchone() == (True,):
+            return []  # never migrated: no worker ever ran, so nothing can be stranded
         rows = conn.execute(
             "SELECT DISTINCT executor_id FROM dbos.workflow_status WHERE status = 'PENDING' AND executor_id LIKE %s",
             (prefix.replace("_", r"\_") + "%",),

@@ -50,7 +50,8 @@ def summarize(
         conds.append((c.READY, True, reason, counts))
         phase, phase_reason = c.RUNNING, reason
     else:
-        conds.append((c.READY, False, c.REASON_REPLICAS_NOT_READY, counts))
+        doing = "rollout in progress" if phase_name == migration.DONE else f"migration {phase_name}"
+        conds.append((c.READY, False, c.REASON_REPLICAS_NOT_READY, f"{counts}; {doing}"))
         phase, phase_reason = (
             (c.PENDING, c.REASON_REPLICAS_NOT_READY) if phase_name == migration.DONE else (c.MIGRATING, phase_name)
         )

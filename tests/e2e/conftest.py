@@ -23,6 +23,7 @@ from tests.e2e.harness import (
     Stage,
     create_namespace,
     delete_namespace,
+    force_finalize,
     new_database,
     prepare_images,
     setup_stage,
@@ -74,26 +75,34 @@ def operator(kube_cluster: Cluster, e2e_images: Images, database: Database) -> I
 
 
 def _wait_drained(cluster: Cluster, namespaces: list[str]) -> None:
-    """Until the scenarios' namespaces are gone: their pools' finalizers need the operator and the database."""
+    """Until the scenarios' namespaces are gone: their pools' finalizers need the operator and the database.
+    Pools the operator could not finish deleting lose their finalizers (so nothing is left behind), and that
+    is raised."""
     core = CoreV1Api(cluster.api)
 
-    def gone() -> bool:
+    def remaining() -> list[str]:
+        left = []
         for name in namespaces:
             try:
                 rawapi.call(core.read_namespace, name)
-                return False
+                left.append(name)
             except ApiException as error:
                 if error.status != 404:
                     raise
-        return True
+        return left
 
-    wait_until(f"the scenarios' namespaces {namespaces} to be deleted", gone, DRAIN_WAIT)
+    try:
+        wait_until(f"the scenarios' namespaces {namespaces} to be deleted", lambda: not remaining(), DRAIN_WAIT)
+    except AssertionError:
+        stuck = [pool for name in remaining() for pool in force_finalize(cluster, name)]
+        if stuck:
+            raise AssertionError(f"the operator did not finish deleting {stuck}; removed their finalizers") from None
 
 
 @pytest.fixture(autouse=True)
 def _operator_output(operator: OperatorRelease) -> Iterator[None]:
     yield
-    print(f"--- operator output (tail) ---\n{operator.logs()[-15_000:]}")  # shown by pytest for a failed test
+    print(f"--- operator output (tail) ---\n{operator.interesting_logs()}")  # shown by pytest for a failed test
 
 
 @pytest.fixture

