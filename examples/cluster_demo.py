@@ -24,13 +24,11 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import json
 import shutil
 import signal
 import subprocess
 import sys
 import tempfile
-import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -43,9 +41,9 @@ EXAMPLES = Path(__file__).resolve().parent
 REPO_ROOT = EXAMPLES.parent
 sys.path.insert(0, str(REPO_ROOT))  # the cluster harness lives in tests/kube, the databases in tests/e2e
 
-from demo import _demo_inputs, _follow  # noqa: E402 - examples/demo.py: the same flows, inputs and live lines
+from demo import run_example_flows  # noqa: E402 - examples/demo.py: the same flows, inputs and live lines
 from fireflow_operator.model import GROUP, PLURAL, VERSION  # noqa: E402
-from fireflow_worker.client import FireflowClient, RunStatus, read_flow_file  # noqa: E402
+from fireflow_worker.client import FireflowClient  # noqa: E402
 from fireflow_worker.local_postgres import free_port  # noqa: E402
 from kubernetes import config as kube_config  # noqa: E402
 from kubernetes.client import AppsV1Api, CoreV1Api, CustomObjectsApi  # noqa: E402
@@ -237,35 +235,7 @@ def _delete_pool(cluster: Cluster, name: str) -> None:
 def _run_flows(url: str) -> int:
     """examples/demo.py's main part against the pool: enqueue every example flow, follow, print results."""
     with FireflowClient(url) as client:
-        runs: dict[str, str] = {}
-        for path in sorted(FLOWS.glob("*.y*ml")):
-            definition = read_flow_file(path)
-            runs[path.stem] = client.enqueue(definition, inputs=_demo_inputs(definition))
-        stored = read_flow_file(sorted(FLOWS.glob("*.y*ml"))[0])
-        client.save_flow("demo-stored", stored)
-        runs["demo-stored (by ref)"] = client.enqueue(flow_ref="demo-stored", inputs=_demo_inputs(stored))
-        _say(f"enqueued {len(runs)} runs; following their node events live")
-        results: dict[str, RunStatus] = {}
-        threads = [
-            threading.Thread(target=_follow, args=(client, label, run_id, results), daemon=True)
-            for label, run_id in runs.items()
-        ]
-        for thread in threads:
-            thread.start()
-        for thread in threads:
-            thread.join()
-        _say("results")
-        failed = 0
-        for label in runs:
-            status = results.get(label)
-            if status is None:
-                print(f"  {label:<22} no result (its events stream ended early)")
-                failed += 1
-                continue
-            shown = status.output if status.error is None else status.error
-            print(f"  {label:<22} {status.status:<8} on {status.executor_id}: {json.dumps(shown, default=str)}")
-            failed += status.status != "SUCCESS"
-    return 1 if failed else 0
+        return run_example_flows(client)
 
 
 def _start_cluster(args: argparse.Namespace) -> Cluster:
