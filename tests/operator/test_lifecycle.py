@@ -78,6 +78,13 @@ class _Recorder:
     def _watch(self, api: ApiClient, namespace: str, kind: str) -> None:
         lister = CoreV1Api(api).list_namespaced_pod if kind == "Pod" else BatchV1Api(api).list_namespaced_job
         stream = watch.Watch()
+        try:
+            self._follow(stream, lister, namespace, kind)
+        except Exception:
+            if not self._stop.is_set():  # after close() the API server may go away under the watch
+                raise
+
+    def _follow(self, stream: watch.Watch, lister: Any, namespace: str, kind: str) -> None:
         for event in stream.stream(lister, namespace, timeout_seconds=600):
             obj = event["object"]
             if kind == "Pod":
@@ -88,6 +95,9 @@ class _Recorder:
             self.events.append((int(obj.metadata.resource_version), kind, event["type"], obj.metadata.name, detail))
             if self._stop.is_set():
                 stream.stop()
+
+    def close(self) -> None:
+        self._stop.set()
 
     def ordered(self) -> list[tuple[int, str, str, str, str]]:
         return sorted(self.events)
@@ -141,6 +151,7 @@ def test_should_start_no_pod_of_a_new_version_before_its_migration_succeeded(
     _patch_pool(kube_api, kube_namespace, "pool", {"image": "fireflow-worker:2"})
     wait_for_pool(kube_api, kube_namespace, "pool", "the new version", _rolled_out("fireflow-worker:2"))
     assert migrate.current_version(pool_database) == migrate.required_version()
+    recorder.close()
     events = recorder.ordered()
     completed: dict[str, int] = {}  # apply Job -> the revision at which it first showed Complete
     for rv, kind, _, name, detail in events:
