@@ -6,12 +6,10 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from kubernetes.client import CoreV1Api
-from kubernetes.client.exceptions import ApiException
 
 from tests.chart.chart import missing_helm
-from tests.kube import rawapi
-from tests.kube.cluster import Cluster, wait_for_service_account
+from tests.kube.cluster import Cluster
+from tests.kube.plugin import fresh_namespace
 from tests.kube.tools import helm_path
 
 
@@ -27,13 +25,5 @@ def helm_bin() -> Path:
 @pytest.fixture
 def other_namespace(kube_cluster: Cluster, kube_namespace: str) -> Iterator[str]:
     """A second fresh namespace next to `kube_namespace` (deleted afterwards, without waiting)."""
-    name = f"{kube_namespace}-b"
-    core = CoreV1Api(kube_cluster.api)
-    rawapi.call(core.create_namespace, {"metadata": {"name": name, "labels": {"fireflow.dev/test": "true"}}})
-    wait_for_service_account(core, name)
-    yield name
-    try:
-        rawapi.call(core.delete_namespace, name)
-    except ApiException as error:
-        if error.status != 404:
-            raise
+    with fresh_namespace(kube_cluster, f"{kube_namespace}-b") as name:
+        yield name

@@ -10,6 +10,7 @@ Local mode fails (never skips) with one line naming the build script when the bi
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import secrets
@@ -89,20 +90,28 @@ def kube_api(kube_cluster: Cluster) -> ApiClient:
     return kube_cluster.api
 
 
+@contextlib.contextmanager
+def fresh_namespace(cluster: Cluster, name: str) -> Iterator[str]:
+    """Create a labelled namespace, wait for its default ServiceAccount, delete it afterwards (not waiting)."""
+    core = CoreV1Api(cluster.api)
+    rawapi.call(core.create_namespace, {"metadata": {"name": name, "labels": {"fireflow.dev/test": "true"}}})
+    wait_for_service_account(core, name)
+    try:
+        yield name
+    finally:
+        try:
+            rawapi.call(core.delete_namespace, name)
+        except ApiException as error:
+            if error.status != 404:
+                raise
+
+
 @pytest.fixture
 def kube_namespace(kube_cluster: Cluster, request: pytest.FixtureRequest) -> Iterator[str]:
     slug = re.sub(r"[^a-z0-9]+", "-", request.node.name.lower()).strip("-")[:40].strip("-")
-    name = f"{slug}-{secrets.token_hex(3)}"
-    core = CoreV1Api(kube_cluster.api)
-    rawapi.call(core.create_namespace, {"metadata": {"name": name, "labels": {"fireflow.dev/test": "true"}}})
-    wait_for_service_account(core, name)
-    request.node.stash[NAMESPACE_KEY] = name
-    yield name
-    try:
-        rawapi.call(core.delete_namespace, name)
-    except ApiException as error:
-        if error.status != 404:
-            raise
+    with fresh_namespace(kube_cluster, f"{slug}-{secrets.token_hex(3)}") as name:
+        request.node.stash[NAMESPACE_KEY] = name
+        yield name
 
 
 @pytest.hookimpl(wrapper=True)

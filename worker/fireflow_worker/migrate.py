@@ -13,9 +13,8 @@ import json
 import os
 import time
 import urllib.parse
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any
 
 import psycopg
 from psycopg import errors as pg_errors
@@ -63,10 +62,9 @@ class MigrationSummary:
     attempts: int = 0
     error: str | None = None
     project_objects: str | None = None
-    extra: dict[str, Any] = field(default_factory=dict)
 
     def line(self) -> str:
-        data = {key: value for key, value in asdict(self).items() if value is not None and value != {}}
+        data = {key: value for key, value in asdict(self).items() if value is not None}
         return json.dumps(data, separators=(",", ":"), sort_keys=True)
 
 

@@ -15,7 +15,6 @@ import signal
 import sys
 import threading
 from types import FrameType
-from typing import Any
 
 from dbos import DBOS, DBOSConfig
 
@@ -196,8 +195,7 @@ def _launch(config: WorkerConfig) -> DBOS:
 
 
 def _one_line(err: BaseException) -> str:
-    text: Any = str(err) or type(err).__name__
-    return " ".join(str(text).split())
+    return " ".join((str(err) or type(err).__name__).split())
 
 
 def _explain(err: BaseException, config: WorkerConfig) -> str:
