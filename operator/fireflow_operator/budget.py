@@ -1,57 +1,131 @@
-"""The connection budget: what every pool on one database needs, against what the server allows.
+"""The connection budget: what every pool on one server needs, against every limit the server enforces (pure).
+
+PostgreSQL refuses a connection when any of three counts is full: the server's `max_connections` (less
+the slots reserved for superusers and `pg_use_reserved_connections`), the database's `CONNECTION LIMIT`
+and the role's `CONNECTION LIMIT` (the last two do not apply to superusers). A pool fits when each of
+those scopes has room for its workers after everything else in that scope: connections in use by anything
+that is not a known pool, what the other pools on the same scope need, the migration Job, and (server-wide)
+the pool's headroom. Pools on different databases of one server share its `max_connections`.
 
 A worker holds at most `systemDatabasePoolSize` pooled connections plus one LISTEN connection; a migration
-Job holds up to three (DBOS's migrate pool of two plus the version check). Everything that is not a worker
-pool is counted from `pg_stat_activity` as it is now, plus the headroom the pool keeps for others.
+Job holds up to three (DBOS's migrate pool of two plus the version check).
 """
 
 from __future__ import annotations
 
-import urllib.parse
 from dataclasses import dataclass
 
-import psycopg
-
-WORKER_CONNECTION_PREFIX = "fireflow-worker:"  # the worker's connection application_name (runtime.py)
-OPERATOR_APPLICATION_NAME = "fireflow-operator"
 MIGRATION_JOB_CONNECTIONS = 3
+SERVER, DATABASE, ROLE = "server", "database", "role"
+
+
+@dataclass(frozen=True)
+class Usage:
+    """Connections in use by others (not a known pool, not the operator) in each scope."""
+
+    server: int
+    database: int
+    role: int
 
 
 @dataclass(frozen=True)
 class DatabaseFacts:
     """What the operator read from the server."""
 
+    server: str  # the server's identity: its system identifier, else host:port
+    database: str
+    role: str
+    superuser: bool
     max_connections: int
     superuser_reserved: int
     reserved: int
-    others_in_use: int
+    database_limit: int  # -1: none
+    role_limit: int  # -1: none
+    others: Usage
     schema_version: int
     foreign_applications: tuple[str, ...]
+
+    @property
+    def database_key(self) -> str:
+        return f"{self.server}/{self.database}"
+
+
+@dataclass(frozen=True)
+class PoolNeed:
+    """What one pool's workers may hold, and where: read from its status.connectionBudget."""
+
+    server: str
+    database: str
+    role: str
+    needed: int
+
+
+@dataclass(frozen=True)
+class Scope:
+    name: str  # SERVER, DATABASE or ROLE
+    limit: int
+    reserved: int  # server: reserved slots + headroom; else 0
+    others_in_use: int
+    other_pools: int
+
+    @property
+    def free(self) -> int:
+        return self.limit - self.reserved - self.others_in_use - self.other_pools - MIGRATION_JOB_CONNECTIONS
+
+    def describe(self, facts: DatabaseFacts, headroom: int) -> str:
+        if self.name == SERVER:
+            head = f"max_connections {self.limit} - reserved {self.reserved - headroom} - headroom {headroom}"
+        elif self.name == DATABASE:
+            head = f"database {facts.database!r} CONNECTION LIMIT {self.limit}"
+        else:
+            head = f"role {facts.role!r} CONNECTION LIMIT {self.limit}"
+        return (
+            f"{head} - others in use {self.others_in_use} - other pools {self.other_pools} "
+            f"- migration Job {MIGRATION_JOB_CONNECTIONS}"
+        )
 
 
 @dataclass(frozen=True)
 class Budget:
-    max_connections: int
-    reserved_by_server: int
+    facts: DatabaseFacts
     headroom: int
-    others_in_use: int
-    other_pools: int
-    migration: int
     per_replica: int
-    max_replicas: int
+    scopes: tuple[Scope, ...]
+
+    @property
+    def limiting(self) -> Scope:
+        return min(self.scopes, key=lambda s: s.free)
+
+    @property
+    def max_replicas(self) -> int:
+        return max(0, self.limiting.free // self.per_replica)
 
     def needs(self, replicas: int) -> int:
         return replicas * self.per_replica
 
-    def as_status(self, database: str, desired: int, allowed: int) -> dict[str, int | str]:
+    def explain(self, desired: int) -> str:
+        scope = self.limiting
+        return (
+            f"{desired} replicas need {self.needs(desired)} connections ({self.per_replica} each) but only "
+            f"{self.max_replicas * self.per_replica} fit: {scope.describe(self.facts, self.headroom)}; "
+            f"holding at {self.max_replicas}"
+        )
+
+    def as_status(self, desired: int, allowed: int) -> dict[str, int | str]:
+        server = next(s for s in self.scopes if s.name == SERVER)
         return {
-            "database": database,
-            "maxConnections": self.max_connections,
-            "reservedByServer": self.reserved_by_server,
+            "server": self.facts.server,
+            "database": self.facts.database,
+            "role": self.facts.role,
+            "maxConnections": self.facts.max_connections,
+            "reservedByServer": server.reserved - self.headroom,
             "headroom": self.headroom,
-            "othersInUse": self.others_in_use,
-            "otherPools": self.other_pools,
-            "migrationJob": self.migration,
+            "othersInUse": server.others_in_use,
+            "otherPools": server.other_pools,
+            "migrationJob": MIGRATION_JOB_CONNECTIONS,
+            "databaseLimit": self.facts.database_limit,
+            "roleLimit": self.facts.role_limit,
+            "limitedBy": self.limiting.name,
             "perReplica": self.per_replica,
             "maxReplicas": self.max_replicas,
             "desiredReplicas": desired,
@@ -59,76 +133,38 @@ class Budget:
             "needed": self.needs(allowed),
         }
 
-    def explain(self, desired: int) -> str:
-        return (
-            f"{desired} replicas need {self.needs(desired)} connections ({self.per_replica} each) but only "
-            f"{self.max_replicas * self.per_replica} fit: max_connections {self.max_connections} - reserved "
-            f"{self.reserved_by_server} - headroom {self.headroom} - others in use {self.others_in_use} - other pools "
-            f"{self.other_pools} - migration Job {self.migration}; holding at {self.max_replicas}"
+
+def compute_budget(
+    facts: DatabaseFacts, *, per_replica: int, headroom: int, other_pools: list[PoolNeed], others: Usage
+) -> Budget:
+    """The budget with `others` as the usage of everything else (the caller chooses how it is smoothed)."""
+    same_server = [p for p in other_pools if p.server == facts.server]
+    scopes = [
+        Scope(
+            SERVER,
+            facts.max_connections,
+            facts.superuser_reserved + facts.reserved + headroom,
+            others.server,
+            sum(p.needed for p in same_server),
         )
+    ]
+    if facts.database_limit >= 0 and not facts.superuser:
+        on_database = sum(p.needed for p in same_server if p.database == facts.database)
+        scopes.append(Scope(DATABASE, facts.database_limit, 0, others.database, on_database))
+    if facts.role_limit >= 0 and not facts.superuser:
+        of_role = sum(p.needed for p in same_server if p.role == facts.role)
+        scopes.append(Scope(ROLE, facts.role_limit, 0, others.role, of_role))
+    return Budget(facts, headroom, per_replica, tuple(scopes))
 
 
-def compute_budget(facts: DatabaseFacts, *, pool_size: int, headroom: int, other_pools: int) -> Budget:
-    per_replica = pool_size + 1
-    reserved = facts.superuser_reserved + facts.reserved
-    free = facts.max_connections - reserved - headroom - facts.others_in_use - other_pools - MIGRATION_JOB_CONNECTIONS
-    return Budget(
-        max_connections=facts.max_connections,
-        reserved_by_server=reserved,
-        headroom=headroom,
-        others_in_use=facts.others_in_use,
-        other_pools=other_pools,
-        migration=MIGRATION_JOB_CONNECTIONS,
-        per_replica=per_replica,
-        max_replicas=max(0, free // per_replica),
+def pool_need(status: dict[str, object]) -> PoolNeed | None:
+    """A pool's need from its status.connectionBudget (None when it has none in this format)."""
+    budget = status.get("connectionBudget")
+    if not isinstance(budget, dict) or "server" not in budget:
+        return None
+    return PoolNeed(
+        str(budget["server"]),
+        str(budget.get("database", "")),
+        str(budget.get("role", "")),
+        int(budget.get("needed", 0)),
     )
-
-
-def database_identity(url: str) -> str:
-    """host:port/dbname, without credentials: which pools share one server's budget."""
-    parts = urllib.parse.urlsplit(url)
-    host = parts.hostname or "localhost"
-    return f"{host}:{parts.port or 5432}{parts.path or '/'}"
-
-
-def probe_database(url: str, application_name: str, *, timeout_seconds: int) -> DatabaseFacts:
-    """Read the server's limits and usage with short timeouts (raises psycopg.Error when unreachable)."""
-    with psycopg.connect(
-        url,
-        connect_timeout=timeout_seconds,
-        application_name=OPERATOR_APPLICATION_NAME,
-        options=f"-c statement_timeout={timeout_seconds * 1000}",
-        autocommit=True,
-    ) as conn:
-        row = conn.execute(
-            """
-            SELECT current_setting('max_connections')::int,
-                   current_setting('superuser_reserved_connections')::int,
-                   coalesce(current_setting('reserved_connections', true), '0')::int,
-                   (SELECT count(*) FROM pg_stat_activity
-                     WHERE backend_type = 'client backend'
-                       AND coalesce(application_name, '') NOT LIKE %s
-                       AND coalesce(application_name, '') <> %s)::int
-            """,
-            (WORKER_CONNECTION_PREFIX + "%", OPERATOR_APPLICATION_NAME),
-        ).fetchone()
-        assert row is not None
-        version = 0
-        foreign: tuple[str, ...] = ()
-        if conn.execute("SELECT to_regclass('dbos.dbos_migrations') IS NOT NULL").fetchone() == (True,):
-            version_row = conn.execute("SELECT version FROM dbos.dbos_migrations").fetchone()
-            version = int(version_row[0]) if version_row else 0
-            owners = conn.execute(
-                "SELECT DISTINCT application_name FROM dbos.queues WHERE application_name IS NOT NULL "
-                "AND application_name <> %s AND name LIKE 'fireflow-%%'",
-                (application_name,),
-            ).fetchall()
-            foreign = tuple(sorted(str(r[0]) for r in owners))
-        return DatabaseFacts(
-            max_connections=row[0],
-            superuser_reserved=row[1],
-            reserved=row[2],
-            others_in_use=row[3],
-            schema_version=version,
-            foreign_applications=foreign,
-        )

@@ -198,8 +198,12 @@ def wants_pdb(pool: Pool, replicas: int) -> bool:
     return pool.spec.pod_disruption_budget.enabled and replicas >= 2
 
 
-def build_migration_job(pool: Pool, *, mode: str, image: str, target: str, attempt: int) -> dict[str, Any]:
-    """A Job that plans (`mode="plan"`) or applies (`"apply"`) the DBOS schema migration with `image`."""
+def build_migration_job(
+    pool: Pool, *, mode: str, image: str, target: str, round_: int, database_label: str
+) -> dict[str, Any]:
+    """A Job that plans (`mode="plan"`) or applies (`"apply"`) the DBOS schema migration with `image`.
+
+    `database_label` names the database (names.database_label), so that one apply runs at a time on it."""
     migration = pool.spec.migration
     if mode == "plan":
         args = ["migrate", "--plan", "--exit-zero"]
@@ -207,9 +211,10 @@ def build_migration_job(pool: Pool, *, mode: str, image: str, target: str, attem
         args = ["migrate", "--lock-timeout-ms", str(migration.lock_timeout_ms), "--retries", str(migration.retries)]
     else:
         raise ValueError(f"unknown migration mode {mode!r}")
-    name = names.migration_job_name(pool.name, mode, target, attempt)
+    name = names.migration_job_name(pool.name, mode, target, round_)
     metadata = pool.metadata(name, f"migration-{mode}")
     metadata["labels"][names.LABEL_MIGRATION_TARGET] = target
+    metadata["labels"][names.LABEL_DATABASE] = database_label
     metadata["annotations"] = {names.ANNOTATION_TARGET: f"{image} {pool.spec.dbos.application_version}"}
     return {
         "apiVersion": "batch/v1",
@@ -239,6 +244,8 @@ def build_migration_job(pool: Pool, *, mode: str, image: str, target: str, attem
                             "env": [
                                 _database_url_env(pool.spec),
                                 {"name": "DBOS_APPLICATION_NAME", "value": pool.spec.dbos.application_name},
+                                # libpq names the Job's sessions, so the budget does not count them twice.
+                                {"name": "PGAPPNAME", "value": names.MIGRATION_APPLICATION_NAME},
                             ],
                             "terminationMessagePolicy": "FallbackToLogsOnError",
                         }

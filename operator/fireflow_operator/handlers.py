@@ -18,13 +18,13 @@ import kopf
 from kubernetes import client, config
 
 from fireflow_operator import metrics, names
+from fireflow_operator.finalizer import finalize, report_blocked
 from fireflow_operator.kube import Kube
 from fireflow_operator.model import GROUP, PLURAL, VERSION
-from fireflow_operator.reconcile import Reconciler, finalize
+from fireflow_operator.reconcile import Reconciler
 from fireflow_operator.settings import OperatorSettings, load_settings
 
 log = logging.getLogger("fireflow.operator")
-FINALIZER = "fireflow.persistent.ai/recover-runs"
 _locks: dict[tuple[str, str], asyncio.Lock] = {}
 _requeues: dict[tuple[str, str], asyncio.TimerHandle] = {}
 _phases: dict[tuple[str, str], str] = {}
@@ -50,7 +50,7 @@ def configure(settings: kopf.OperatorSettings, **_: Any) -> None:
     STATE.kube = Kube.from_client(client.ApiClient())
     STATE.reconciler = Reconciler(STATE.kube, STATE.settings)
     # Our finalizer's name says what it guards; kopf keeps its own bookkeeping out of status.
-    settings.persistence.finalizer = FINALIZER
+    settings.persistence.finalizer = names.FINALIZER
     settings.persistence.progress_storage = kopf.AnnotationsProgressStorage(prefix="fireflow.persistent.ai")
     settings.persistence.diffbase_storage = kopf.AnnotationsDiffBaseStorage(prefix="fireflow.persistent.ai")
     settings.posting.level = logging.INFO
@@ -143,5 +143,11 @@ async def child_changed(namespace: str | None, labels: Mapping[str, str], **_: A
 @kopf.on.delete(GROUP, VERSION, PLURAL)
 async def pool_deleted(body: kopf.Body, **_: Any) -> None:
     waiting = await asyncio.to_thread(finalize, STATE.kube, STATE.settings, dict(body))
-    if waiting is not None:
-        raise kopf.TemporaryError(waiting, delay=2)
+    if waiting is None:
+        return
+    if waiting.blocked:
+        # Only a person can unblock it: say so where they look, then look again now and then.
+        await asyncio.to_thread(report_blocked, STATE.kube, dict(body), waiting)
+        kopf.warn(body, reason="RunsNotRecovered", message=waiting.message)
+        raise kopf.TemporaryError(waiting.message, delay=30)
+    raise kopf.TemporaryError(waiting.message, delay=2)

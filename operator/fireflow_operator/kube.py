@@ -31,6 +31,15 @@ def read_or_none(read: Callable[..., T], *args: Any) -> T | None:
         raise
 
 
+def secret_data(secret: Any, key: str) -> str | None:
+    """One value of a Secret as text (None when the Secret or key is missing); bytes that are not UTF-8
+    become U+FFFD, so a binary value fails later with a message instead of here with a traceback."""
+    data = secret.data if secret is not None else None
+    if not data or key not in data:
+        return None
+    return base64.b64decode(data[key]).decode(errors="replace").strip()
+
+
 @dataclass
 class Kube:
     """The API groups the operator uses, sharing one ApiClient."""
@@ -52,10 +61,7 @@ class Kube:
         )
 
     def secret_value(self, namespace: str, name: str, key: str) -> str | None:
-        secret = read_or_none(self.core.read_namespaced_secret, name, namespace)
-        if secret is None or not secret.data or key not in secret.data:
-            return None
-        return base64.b64decode(secret.data[key]).decode().strip()
+        return secret_data(read_or_none(self.core.read_namespaced_secret, name, namespace), key)
 
     def create(self, create: Callable[..., Any], namespace: str, body: dict[str, Any]) -> None:
         """Create; "already exists" (409) counts as success, so a repeated reconcile is harmless."""
@@ -84,6 +90,35 @@ class Kube:
             spec["replicas"] = current["spec"].get("replicas")  # another owner's value, kept as it is
         self.apps.replace_namespaced_stateful_set(name, namespace, body)  # type: ignore[arg-type]
         return True
+
+    def delete_job(self, namespace: str, name: str) -> None:
+        """Delete a Job and its pods; already gone counts as done."""
+        try:
+            self.batch.delete_namespaced_job(name, namespace, propagation_policy="Background")
+        except ApiException as err:
+            if err.status != 404:
+                raise
+
+    def ensure_pdb(self, namespace: str, name: str, desired: dict[str, Any] | None) -> None:
+        """Create, update or delete the PodDisruptionBudget so that it matches `desired` (None: none)."""
+        existing: Any = read_or_none(self.policy.read_namespaced_pod_disruption_budget, name, namespace)
+        if desired is None:
+            if existing is not None:
+                self.policy.delete_namespaced_pod_disruption_budget(name, namespace)
+            return
+        if existing is None:
+            self.create(self.policy.create_namespaced_pod_disruption_budget, namespace, desired)
+        elif existing.spec.max_unavailable != desired["spec"]["maxUnavailable"]:
+            self.policy.patch_namespaced_pod_disruption_budget(name, namespace, {"spec": desired["spec"]})
+
+    def list_jobs(self, namespaces: list[str], label_selector: str) -> list[Any]:
+        """Jobs matching a selector in `namespaces`, or cluster-wide when empty."""
+        if not namespaces:
+            return list(self.batch.list_job_for_all_namespaces(label_selector=label_selector).items)
+        jobs: list[Any] = []
+        for namespace in namespaces:
+            jobs += self.batch.list_namespaced_job(namespace, label_selector=label_selector).items
+        return jobs
 
     def list_pod_names(self, namespace: str, selector: dict[str, str]) -> set[str]:
         label_selector = ",".join(f"{k}={v}" for k, v in selector.items())

@@ -2,9 +2,19 @@
 
 For every new rollout target (image, application version) a plan Job runs the *new* image's
 `migrate --plan`. Behind: the pool is held at zero replicas, and once no pod is left the apply Job runs;
-only its success lets a pod of the new target start. Not behind: an ordinary rolling update. A failed
-plan or apply releases the hold (the previous target keeps running at its size) and is retried after a
-back-off as a new attempt, whose Jobs have new deterministic names.
+only its success lets a pod of the new target start. Not behind: an ordinary rolling update.
+
+Invariants (tested against sequences of user actions in tests/operator/test_sequences.py):
+- while any apply Job of the pool runs, whatever target it was for, the pool is held at zero;
+- an apply Job starts only when no worker of the pool is left and no other apply Job on the same
+  database runs;
+- a target is rolled out only after its plan said "current", or its apply succeeded, or the database's
+  schema is already at what the target's plan requires (another pool migrated it).
+
+A failed plan or apply releases the hold (the previous target keeps serving at its size) and is retried
+after a back-off as a new round, whose Jobs have new deterministic names; after `maxAttempts` the
+migration is abandoned until the target or `spec.migration` changes. Reverting to the rolled-out target
+needs no migration: the schema only moves forward, and every DBOS release accepts a newer schema.
 """
 
 from __future__ import annotations
@@ -16,9 +26,12 @@ PLANNING = "Planning"
 DRAINING = "Draining"
 APPLYING = "Applying"
 FAILED = "Failed"
+ABANDONED = "Abandoned"
 DONE = "Done"
+IN_FLIGHT = (PLANNING, DRAINING, APPLYING)
 
 JobState = Literal["absent", "running", "succeeded", "failed"]
+JobMode = Literal["plan", "apply"]
 
 
 @dataclass(frozen=True)
@@ -33,6 +46,10 @@ class JobObservation:
             return str(self.summary["error"])
         return self.message or "the Job failed without a message"
 
+    @property
+    def ok(self) -> bool:
+        return self.state == "succeeded" and self.summary is not None and self.summary.get("result") == "ok"
+
 
 ABSENT = JobObservation("absent")
 
@@ -42,21 +59,27 @@ class MigrationInput:
     target: str
     current_target: str | None  # the target the StatefulSet runs; None before the first rollout
     migration: dict[str, Any]  # status.migration as last written
-    plan_job: JobObservation
-    apply_job: JobObservation
+    plan_job: JobObservation  # the current round's plan Job
+    apply_job: JobObservation  # the current round's apply Job
+    stale_apply_running: str | None  # this pool's apply Job of an earlier target or round, still running
+    database_apply_running: str | None  # another pool's apply Job on the same database, running
+    schema_version: int  # the database's schema version as the operator read it now
     pods_left: int
     now: float
+    spec_key: str  # target + spec.migration: changing it restarts an abandoned migration
+    max_attempts: int = 3
     retry_base_seconds: float = 30.0
 
 
 @dataclass(frozen=True)
 class MigrationStep:
     migration: dict[str, Any]
-    create_job: Literal["plan", "apply"] | None = None
+    create_job: JobMode | None = None
     hold_at_zero: bool = False
     roll_out: bool = False
     schema_version: int | None = None
     failure: str | None = None
+    abandoned: bool = False
     events: list[tuple[str, str]] = field(default_factory=list)  # (reason, message)
 
 
@@ -64,59 +87,124 @@ def retry_delay(attempt: int, base: float) -> float:
     return float(min(base * 2 ** (attempt - 1), 600.0))
 
 
+def job_round(migration: dict[str, Any]) -> int:
+    """The round whose Jobs the gate looks at (status written by older operators has only `attempt`)."""
+    return int(migration.get("round", migration.get("attempt", 1)))
+
+
+def _new_round(m: dict[str, Any], inp: MigrationInput, attempt: int) -> MigrationStep:
+    fresh = {
+        "target": inp.target,
+        "phase": PLANNING,
+        "round": job_round(m) + 1 if m else 1,
+        "attempt": attempt,
+        "specKey": inp.spec_key,
+    }
+    if "replicasBefore" in m:
+        fresh["replicasBefore"] = m["replicasBefore"]
+    event = ("MigrationPlanning", "planning the schema migration") if attempt == 1 else (
+        "MigrationRetrying", f"attempt {attempt} of {inp.max_attempts}"
+    )  # fmt: skip
+    return MigrationStep(fresh, create_job="plan", events=[event])
+
+
 def _failed(m: dict[str, Any], inp: MigrationInput, what: str, error: str) -> MigrationStep:
-    delay = retry_delay(int(m["attempt"]), inp.retry_base_seconds)
-    message = f"{what} attempt {m['attempt']} failed: {error}; retrying in {int(delay)} s"
+    attempt = int(m.get("attempt", 1))
+    if attempt >= inp.max_attempts:
+        message = (
+            f"{what} attempt {attempt} of {inp.max_attempts} failed: {error}; abandoned until spec.image, "
+            f"spec.dbos.applicationVersion or spec.migration changes"
+        )
+        abandoned = {**m, "phase": ABANDONED, "message": message}
+        abandoned.pop("retryAt", None)
+        return MigrationStep(abandoned, failure=message, abandoned=True, events=[("MigrationAbandoned", message)])
+    delay = retry_delay(attempt, inp.retry_base_seconds)
+    message = f"{what} attempt {attempt} of {inp.max_attempts} failed: {error}; retrying in {int(delay)} s"
     failed = {**m, "phase": FAILED, "message": message, "retryAt": inp.now + delay}
     return MigrationStep(failed, failure=message, events=[("MigrationFailed", message)])
 
 
+def _done(m: dict[str, Any], message: str, reason: str, version: int | None) -> MigrationStep:
+    done = {**m, "phase": DONE, "message": message}
+    done.pop("retryAt", None)
+    return MigrationStep(done, roll_out=True, schema_version=version, events=[(reason, message)])
+
+
+def _planned(m: dict[str, Any], inp: MigrationInput) -> MigrationStep:
+    """The plan Job finished: roll out, wait for another migration, or drain for ours."""
+    plan = inp.plan_job
+    if plan.state == "failed" or not plan.ok:
+        return _failed(m, inp, "migration plan", plan.error)
+    assert plan.summary is not None
+    required = int(plan.summary.get("required_version") or 0)
+    if not plan.summary.get("migration_needed") or inp.schema_version >= required:
+        version = max(inp.schema_version, int(plan.summary.get("current_version") or 0))
+        return _done(m, f"schema {version} is current: rolling update", "RollingUpdate", version)
+    m = {**m, "requiredVersion": required}
+    if inp.database_apply_running:
+        waiting = f"schema {inp.schema_version} is behind {required}; waiting for {inp.database_apply_running}"
+        return MigrationStep({**m, "message": waiting})
+    message = f"schema {inp.schema_version} is behind {required}: draining the pool"
+    return MigrationStep(
+        {**m, "phase": DRAINING, "message": message}, hold_at_zero=True, events=[("MigrationDraining", message)]
+    )
+
+
 def next_step(inp: MigrationInput) -> MigrationStep:
     m = dict(inp.migration)
-    if inp.current_target == inp.target and m.get("phase") in (None, DONE):
-        return MigrationStep({**m, "target": inp.target, "phase": DONE})
-    if m.get("target") != inp.target:
-        m = {"target": inp.target, "phase": PLANNING, "attempt": 1}
-        return MigrationStep(m, create_job="plan", events=[("MigrationPlanning", "planning the schema migration")])
     phase = m.get("phase")
+    ours = m.get("target") == inp.target
+    if inp.apply_job.state == "running":
+        # Whatever the status says (its last write may have been lost) and whatever the spec says now.
+        return MigrationStep({**m, "phase": APPLYING} if ours else m, hold_at_zero=True)
+    if inp.stale_apply_running:
+        # An apply Job of an earlier target (or round) still runs: no worker may start until it ends,
+        # whatever the spec says now.
+        return MigrationStep({**m, "message": f"waiting for {inp.stale_apply_running}"}, hold_at_zero=True)
+    if inp.current_target == inp.target and (phase not in IN_FLIGHT or not ours):
+        kept = {k: v for k, v in m.items() if k in ("round", "replicasBefore")}
+        return MigrationStep({**kept, "target": inp.target, "phase": DONE, "specKey": inp.spec_key})
+    if not ours:
+        return _new_round(m, inp, attempt=1)
+    if phase in (FAILED, ABANDONED) and m.get("specKey") != inp.spec_key:
+        return _new_round(m, inp, attempt=1)
     if phase == PLANNING:
-        plan = inp.plan_job
-        if plan.state == "absent":
+        if inp.plan_job.state == "absent":
             return MigrationStep(m, create_job="plan")
-        if plan.state == "running":
+        if inp.plan_job.state == "running":
             return MigrationStep(m)
-        if plan.state == "failed" or not plan.summary or plan.summary.get("result") != "ok":
-            return _failed(m, inp, "migration plan", plan.error)
-        version = plan.summary.get("current_version")
-        if plan.summary.get("migration_needed"):
-            message = f"schema {version} is behind {plan.summary.get('required_version')}: draining the pool"
-            return MigrationStep({**m, "phase": DRAINING}, hold_at_zero=True, events=[("MigrationDraining", message)])
-        done = {**m, "phase": DONE, "message": f"schema {version} is current: rolling update"}
-        return MigrationStep(done, roll_out=True, schema_version=version, events=[("RollingUpdate", done["message"])])
+        return _planned(m, inp)
+    required = int(m.get("requiredVersion") or 0)
     if phase == DRAINING:
+        if required and inp.schema_version >= required:
+            return _done(m, f"schema {inp.schema_version} is current: rolling update", "RollingUpdate", required)
         if inp.pods_left > 0:
             return MigrationStep(m, hold_at_zero=True)
+        if inp.database_apply_running:
+            return MigrationStep({**m, "message": f"waiting for {inp.database_apply_running}"}, hold_at_zero=True)
         message = "no worker left: applying the migration"
         return MigrationStep(
-            {**m, "phase": APPLYING}, create_job="apply", hold_at_zero=True, events=[("MigrationApplying", message)]
+            {**m, "phase": APPLYING, "message": message},
+            create_job="apply",
+            hold_at_zero=True,
+            events=[("MigrationApplying", message)],
         )
     if phase == APPLYING:
         apply = inp.apply_job
         if apply.state == "absent":
+            if inp.database_apply_running:
+                return MigrationStep(m, hold_at_zero=True)
             return MigrationStep(m, create_job="apply", hold_at_zero=True)
-        if apply.state == "running":
-            return MigrationStep(m, hold_at_zero=True)
-        if apply.state == "failed" or not apply.summary or apply.summary.get("result") != "ok":
+        if apply.state == "failed" or not apply.ok:
             return _failed(m, inp, "migration", apply.error)
+        assert apply.summary is not None
         version = apply.summary.get("current_version")
-        done = {**m, "phase": DONE, "message": f"migrated to schema {version}"}
-        return MigrationStep(
-            done, roll_out=True, schema_version=version, events=[("MigrationSucceeded", done["message"])]
-        )
+        return _done(m, f"migrated to schema {version}", "MigrationSucceeded", version)
     if phase == FAILED:
         if inp.now < float(m.get("retryAt", 0)):
             return MigrationStep(m, failure=str(m.get("message", "")))
-        retry = {"target": inp.target, "phase": PLANNING, "attempt": int(m.get("attempt", 1)) + 1}
-        return MigrationStep(retry, create_job="plan", events=[("MigrationRetrying", f"attempt {retry['attempt']}")])
+        return _new_round(m, inp, attempt=int(m.get("attempt", 1)) + 1)
+    if phase == ABANDONED:
+        return MigrationStep(m, failure=str(m.get("message", "")), abandoned=True)
     # DONE for a target not yet rolled out (the rollout is applied by the caller).
     return MigrationStep(m, roll_out=True)

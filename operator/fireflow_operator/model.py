@@ -21,16 +21,34 @@ PLURAL = "fireflowworkerpools"
 SHORT_NAME = "ffwp"
 
 QUEUES = ("fireflow-executions", "fireflow-executions-background", "fireflow-sandbox", "fireflow-terminal")
-# The operator sets these; a pool's extra env may not override them.
+# The operator sets these (builders.worker_env), and the worker reads their aliases and the switches that
+# would take it off the pool's database: a pool's extra env may set none of them. A test checks this list
+# against what the builder sets.
 RESERVED_ENV = (
     "DATABASE_URL_EXECUTIONS",
     "FIREFLOW_WORKER_ID",
     "DBOS__VMID",
+    "POD_NAME",
+    "POD_NAMESPACE",
     "DBOS_RUN_MIGRATIONS",
     "DBOS_APPLICATION_NAME",
     "FIREFLOW_APPLICATION_VERSION",
     "DBOS__APPVERSION",
+    "DBOS_WORKER_CONCURRENCY",
+    "DBOS_QUEUE_CONCURRENCY",
+    "DBOS_QUEUE_POLLING_INTERVAL_MS",
+    "DBOS_SYSTEM_DATABASE_POOL_SIZE",
+    "DBOS_SHUTDOWN_DRAIN_TIMEOUT_MS",
+    "DBOS_LOG_LEVEL",
+    "FIREFLOW_PROVISION_CACHE_TTL_MS",
+    "FIREFLOW_SANDBOX_QUEUE_CONCURRENCY",
+    "FIREFLOW_TERMINAL_QUEUE_CONCURRENCY",
+    "FIREFLOW_QUEUES",
+    "FIREFLOW_HEALTH_HOST",
     "FIREFLOW_HEALTH_PORT",
+    "FIREFLOW_LOCAL_MODE",
+    "FIREFLOW_LOCAL_SQLITE_PATH",
+    "PGAPPNAME",
 )
 
 
@@ -123,6 +141,13 @@ class MigrationSpec(_Model):
     lock_timeout_ms: int = Field(5_000, ge=100, le=600_000, description="lock_timeout of the migration sessions.")
     retries: int = Field(3, ge=0, le=100, description="Retries of a lock timeout inside one migration attempt.")
     deadline_seconds: int = Field(600, ge=30, le=86_400, description="activeDeadlineSeconds of a migration Job.")
+    max_attempts: int = Field(
+        3,
+        ge=1,
+        le=100,
+        description="Attempts (plan and apply, with back-off) before the migration is abandoned until the "
+        "image, the application version or spec.migration changes.",
+    )
 
 
 class PodDisruptionBudgetSpec(_Model):

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import hashlib
+import json
 
 LABEL_NAME = "app.kubernetes.io/name"
 LABEL_INSTANCE = "app.kubernetes.io/instance"
@@ -10,7 +11,10 @@ LABEL_COMPONENT = "app.kubernetes.io/component"
 LABEL_MANAGED_BY = "app.kubernetes.io/managed-by"
 LABEL_POOL = "fireflow.persistent.ai/pool"
 LABEL_MIGRATION_TARGET = "fireflow.persistent.ai/migration-target"
+LABEL_DATABASE = "fireflow.persistent.ai/database"  # on apply Jobs: one at a time per database
 ANNOTATION_TARGET = "fireflow.persistent.ai/target"
+FINALIZER = "fireflow.persistent.ai/recover-runs"  # on pools and on their connection Secret copies
+CONNECTION_KEY = "url"
 
 WORKER_APP = "fireflow-worker"
 MIGRATION_APP = "fireflow-migration"  # never matched by the workers' selector (StatefulSet, Service, PDB)
@@ -19,6 +23,10 @@ MANAGER = "fireflow-operator"
 HEALTH_PORT = 8080
 HEALTH_PORT_NAME = "http"
 CONTAINER_NAME = "worker"
+# PostgreSQL application_name of each kind of session, so the connection budget can tell them apart.
+WORKER_CONNECTION_PREFIX = "fireflow-worker:"  # + executor id (the worker's runtime.py)
+OPERATOR_APPLICATION_NAME = "fireflow-operator"
+MIGRATION_APPLICATION_NAME = "fireflow-migration"  # PGAPPNAME of the migration Jobs
 JOB_NAME_MAX = 63  # Job names become pod label values
 
 
@@ -50,6 +58,17 @@ def pdb_name(pool_name: str) -> str:
     return pool_name
 
 
+def connection_secret_name(pool_name: str) -> str:
+    """The operator's copy of the pool's database Secret: it outlives the user's Secret until the pool's
+    runs were handed back (deleting both together, or the namespace, must not strand them)."""
+    return f"{pool_name}-connection"
+
+
+def database_label(database_key: str) -> str:
+    """A label value naming one database of one server (a hash: label values are short)."""
+    return hashlib.sha256(database_key.encode()).hexdigest()[:16]
+
+
 def executor_id(namespace: str, pod_name: str) -> str:
     """A worker's DBOS executor id: unique across every pool on a database, stable across restarts."""
     return f"{namespace}.{pod_name}"
@@ -60,7 +79,14 @@ def target_hash(image: str, application_version: str) -> str:
     return hashlib.sha256(f"{image}\n{application_version}".encode()).hexdigest()[:10]
 
 
-def migration_job_name(pool_name: str, mode: str, target: str, attempt: int) -> str:
-    """Deterministic, so an operator restarted mid-migration finds its Job instead of starting another."""
-    suffix = f"-{mode}-{target}-{attempt}"
+def migration_spec_key(target: str, migration_spec: dict[str, object]) -> str:
+    """What an abandoned migration waits to change: the target or spec.migration."""
+    text = json.dumps({"target": target, "migration": migration_spec}, sort_keys=True)
+    return hashlib.sha256(text.encode()).hexdigest()[:10]
+
+
+def migration_job_name(pool_name: str, mode: str, target: str, round_: int) -> str:
+    """Deterministic, so an operator restarted mid-migration finds its Job instead of starting another; the
+    round grows with every attempt and target, so a name is never reused for a different question."""
+    suffix = f"-{mode}-{target}-{round_}"
     return pool_name[: JOB_NAME_MAX - len(suffix)].rstrip("-.") + suffix

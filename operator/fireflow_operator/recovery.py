@@ -13,6 +13,9 @@ from collections.abc import Iterable
 
 import psycopg
 
+from fireflow_operator.dbprobe import DatabaseQueryError, connect
+from fireflow_operator.dsn import libpq_dsn
+
 
 def stranded_executors(
     pending_executors: Iterable[str], *, namespace: str, statefulset: str, replicas: int, live_pods: set[str]
@@ -31,14 +34,19 @@ def stranded_executors(
 
 
 def pending_executors(url: str, namespace: str, statefulset: str, *, timeout_seconds: int) -> list[str]:
+    """Executor ids of this pool's pods that own PENDING runs (raises the dbprobe errors)."""
     prefix = f"{namespace}.{statefulset}-"
-    with psycopg.connect(url, connect_timeout=timeout_seconds, application_name="fireflow-operator") as conn:
-        if conn.execute("SELECT to_regclass('dbos.workflow_status') IS NULL").fetchone() == (True,):
-            return []  # never migrated: no worker ever ran, so nothing can be stranded
-        rows = conn.execute(
-            "SELECT DISTINCT executor_id FROM dbos.workflow_status WHERE status = 'PENDING' AND executor_id LIKE %s",
-            (prefix.replace("_", r"\_") + "%",),
-        ).fetchall()
+    with connect(url, timeout_seconds) as conn:
+        try:
+            if conn.execute("SELECT to_regclass('dbos.workflow_status') IS NULL").fetchone() == (True,):
+                return []  # never migrated: no worker ever ran, so nothing can be stranded
+            rows = conn.execute(
+                "SELECT DISTINCT executor_id FROM dbos.workflow_status "
+                "WHERE status = 'PENDING' AND starts_with(executor_id, %s)",
+                (prefix,),
+            ).fetchall()
+        except psycopg.Error as err:
+            raise DatabaseQueryError(" ".join(str(err).split())) from None
     return [str(row[0]) for row in rows]
 
 
@@ -46,22 +54,30 @@ def resume_runs_of(url: str, application_name: str, executors: list[str], *, tim
     """Re-enqueue the PENDING runs of `executors`; returns how many were handed back."""
     if not executors:
         return 0
-    with psycopg.connect(url, connect_timeout=timeout_seconds, application_name="fireflow-operator") as conn:
-        rows = conn.execute(
-            "SELECT workflow_uuid, queue_name FROM dbos.workflow_status "
-            "WHERE status = 'PENDING' AND executor_id = ANY(%s)",
-            (executors,),
-        ).fetchall()
-    runs = [(str(row[0]), row[1]) for row in rows]
+    with connect(url, timeout_seconds) as conn:
+        try:
+            rows = conn.execute(
+                "SELECT workflow_uuid, queue_name FROM dbos.workflow_status "
+                "WHERE status = 'PENDING' AND executor_id = ANY(%s)",
+                (executors,),
+            ).fetchall()
+        except psycopg.Error as err:
+            raise DatabaseQueryError(" ".join(str(err).split())) from None
+    runs = [(str(row[0]), None if row[1] is None else str(row[1])) for row in rows]
     if not runs:
         return 0
     from dbos import DBOSClient  # noqa: PLC0415 - heavy; only needed when something is stranded
 
-    client = DBOSClient(system_database_url=url, application_name=application_name, system_database_pool_size=2)
     try:
-        for run_id, queue in runs:
-            # Back onto its own queue, so the pool's workers claim it under the queue's concurrency limits.
-            client.resume_workflow(run_id, queue_name=queue)
-    finally:
-        client.destroy()
+        client = DBOSClient(
+            system_database_url=libpq_dsn(url), application_name=application_name, system_database_pool_size=2
+        )
+        try:
+            for run_id, queue in runs:
+                # Back onto its own queue, so the pool's workers claim it under the queue's concurrency limits.
+                client.resume_workflow(run_id, queue_name=queue)
+        finally:
+            client.destroy()
+    except Exception as err:  # DBOS raises SQLAlchemy's and its own errors
+        raise DatabaseQueryError(f"resuming runs failed: {' '.join(str(err).split())[:500]}") from None
     return len(runs)

@@ -38,6 +38,8 @@ class OperatorSettings(BaseModel):
     database_timeout_seconds: int = Field(5, ge=1, le=60, alias="FIREFLOW_OPERATOR_DATABASE_TIMEOUT_SECONDS")
     # First back-off before a failed migration is tried again (doubling, at most 10 minutes).
     migration_retry_seconds: float = Field(30, ge=1, le=3_600, alias="FIREFLOW_OPERATOR_MIGRATION_RETRY_SECONDS")
+    # Others' connection usage is smoothed over this window: a burst shorter than it never removes a worker.
+    budget_window_seconds: float = Field(60, ge=0, le=3_600, alias="FIREFLOW_OPERATOR_BUDGET_WINDOW_SECONDS")
     log_level: Literal["DEBUG", "INFO", "WARNING", "ERROR"] = Field("INFO", alias="FIREFLOW_OPERATOR_LOG_LEVEL")
 
 

@@ -23,20 +23,36 @@ class Summary:
     conditions: list[tuple[str, bool | None, str, str]] = field(default_factory=list)
 
 
+def _failure_reason(step: MigrationStep) -> str:
+    if step.abandoned:
+        return c.REASON_MIGRATION_ABANDONED
+    return c.REASON_PLAN_FAILED if str(step.failure).startswith("migration plan") else c.REASON_MIGRATION_FAILED
+
+
 def summarize(
-    step: MigrationStep, *, schema_version: int | None, target: int, replicas: int, ready: int, updated: int
+    step: MigrationStep,
+    *,
+    schema_version: int | None,
+    target: int,
+    replicas: int,
+    ready: int,
+    updated: int,
+    over_budget: str | None = None,
 ) -> Summary:
+    """`over_budget`: why the pool runs fewer workers than it asks for (the budget's explanation)."""
     phase_name = str(step.migration.get("phase"))
     conds: list[tuple[str, bool | None, str, str]] = []
     if step.failure:
-        reason = c.REASON_PLAN_FAILED if step.failure.startswith("migration plan") else c.REASON_MIGRATION_FAILED
+        reason = _failure_reason(step)
         conds += [(c.SCHEMA_READY, False, reason, step.failure), (c.DEGRADED_CONDITION, True, reason, step.failure)]
     elif phase_name == migration.DONE:
         conds.append((c.SCHEMA_READY, True, c.REASON_SCHEMA_CURRENT, f"schema version {schema_version}"))
     else:
         reason = _IN_FLIGHT_REASONS[phase_name]
         conds.append((c.SCHEMA_READY, False, reason, str(step.migration.get("message") or reason)))
-    if not step.failure:
+    if over_budget and not step.failure:
+        conds.append((c.DEGRADED_CONDITION, True, c.REASON_OVER_BUDGET, over_budget))
+    elif not step.failure:
         conds.append((c.DEGRADED_CONDITION, False, c.REASON_HEALTHY, "no problem found"))
     rolled = updated >= target and replicas == target
     progressing = phase_name != migration.DONE or not rolled or ready != target
@@ -45,7 +61,10 @@ def summarize(
         f"{ready}/{target} ready, migration {phase_name}",
     ))  # fmt: skip
     counts = f"{ready}/{target} replicas ready"
-    if not progressing:
+    if over_budget and not progressing:
+        conds.append((c.READY, False, c.REASON_OVER_BUDGET, f"{counts}; held below the requested size: {over_budget}"))
+        phase, phase_reason = c.DEGRADED, c.REASON_OVER_BUDGET
+    elif not progressing:
         reason = c.REASON_ALL_READY if target else c.REASON_SCALED_TO_ZERO
         conds.append((c.READY, True, reason, counts))
         phase, phase_reason = c.RUNNING, reason
@@ -56,5 +75,5 @@ def summarize(
             (c.PENDING, c.REASON_REPLICAS_NOT_READY) if phase_name == migration.DONE else (c.MIGRATING, phase_name)
         )
     if step.failure:
-        phase, phase_reason = c.DEGRADED, c.REASON_MIGRATION_FAILED
+        phase, phase_reason = c.DEGRADED, _failure_reason(step)
     return Summary(phase, phase_reason, progressing, conds)

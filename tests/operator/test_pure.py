@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
-from fireflow_operator import migration, names
-from fireflow_operator.budget import DatabaseFacts, compute_budget, database_identity
+import pytest
+from fireflow_operator import names
 from fireflow_operator.builders import Pool, build_migration_job, build_pdb, build_statefulset, wants_pdb
-from fireflow_operator.model import parse_spec
+from fireflow_operator.model import RESERVED_ENV, parse_spec
 from fireflow_operator.recovery import stranded_executors
 from fireflow_operator.scaling import plan_replicas
+from pydantic import ValidationError
 
 SPEC = {"image": "fireflow-worker:1", "database": {"secretRef": {"name": "db"}}, "replicas": 3}
 
@@ -42,16 +43,29 @@ def test_should_leave_replicas_out_when_an_autoscaler_owns_them() -> None:
 
 def test_should_give_migration_jobs_deterministic_names_outside_the_worker_selector() -> None:
     target = names.target_hash("fireflow-worker:2", "1")
-    job = build_migration_job(_pool(), mode="apply", image="fireflow-worker:2", target=target, attempt=2)
+    args = {"image": "fireflow-worker:2", "target": target, "round_": 2, "database_label": "db1"}
+    job = build_migration_job(_pool(), mode="apply", **args)  # type: ignore[arg-type]
     assert job["metadata"]["name"] == f"pool-apply-{target}-2"
-    assert job == build_migration_job(_pool(), mode="apply", image="fireflow-worker:2", target=target, attempt=2)
+    assert job == build_migration_job(_pool(), mode="apply", **args)  # type: ignore[arg-type]
+    assert job["metadata"]["labels"][names.LABEL_DATABASE] == "db1"
+    env = {e["name"]: e.get("value") for e in job["spec"]["template"]["spec"]["containers"][0]["env"]}
+    assert env["PGAPPNAME"] == names.MIGRATION_APPLICATION_NAME  # not counted twice by the budget
     labels = job["spec"]["template"]["metadata"]["labels"]
     assert labels[names.LABEL_NAME] != names.WORKER_APP
     assert job["spec"]["template"]["spec"]["containers"][0]["args"][:3] == ["migrate", "--lock-timeout-ms", "5000"]
-    plan = build_migration_job(_pool(), mode="plan", image="i", target=target, attempt=1)
+    plan = build_migration_job(_pool(), mode="plan", image="i", target=target, round_=1, database_label="db1")
     assert plan["spec"]["template"]["spec"]["containers"][0]["args"] == ["migrate", "--plan", "--exit-zero"]
     long_name = names.migration_job_name("p" * 80, "apply", target, 12)
     assert len(long_name) <= 63
+
+
+def test_should_reserve_every_variable_the_operator_sets() -> None:
+    sts = build_statefulset(_pool(), image="i", application_version="1", replicas=1)
+    set_by_operator = {e["name"] for e in sts["spec"]["template"]["spec"]["containers"][0]["env"]}
+    assert set_by_operator <= set(RESERVED_ENV)
+    for name in sorted(RESERVED_ENV):
+        with pytest.raises(ValidationError, match="may not set a variable the operator manages"):
+            parse_spec({**SPEC, "env": [{"name": name, "value": "1"}]})
 
 
 def test_should_not_protect_a_single_replica_with_a_pdb() -> None:
@@ -59,62 +73,6 @@ def test_should_not_protect_a_single_replica_with_a_pdb() -> None:
     assert wants_pdb(_pool(), 2)
     assert not wants_pdb(_pool(podDisruptionBudget={"enabled": False}), 5)
     assert build_pdb(_pool())["spec"]["maxUnavailable"] == 1
-
-
-def _step(**kwargs: object) -> migration.MigrationStep:
-    base: dict[str, object] = {
-        "target": "t2", "current_target": "t1", "migration": {}, "plan_job": migration.ABSENT,
-        "apply_job": migration.ABSENT, "pods_left": 2, "now": 1000.0,
-    }  # fmt: skip
-    return migration.next_step(migration.MigrationInput(**{**base, **kwargs}))  # type: ignore[arg-type]
-
-
-def test_should_plan_drain_apply_then_roll_out_when_the_schema_is_behind() -> None:
-    step = _step()
-    assert (step.create_job, step.migration["phase"], step.hold_at_zero) == ("plan", "Planning", False)
-    behind = migration.JobObservation("succeeded", {"result": "ok", "migration_needed": True, "current_version": 1})
-    step = _step(migration=step.migration, plan_job=behind)
-    assert (step.migration["phase"], step.hold_at_zero, step.roll_out) == ("Draining", True, False)
-    step = _step(migration=step.migration, plan_job=behind, pods_left=1)
-    assert (step.migration["phase"], step.create_job, step.hold_at_zero) == ("Draining", None, True)
-    step = _step(migration=step.migration, plan_job=behind, pods_left=0)
-    assert (step.migration["phase"], step.create_job) == ("Applying", "apply")
-    running = migration.JobObservation("running")
-    step = _step(migration=step.migration, apply_job=running, pods_left=0)
-    assert (step.hold_at_zero, step.roll_out) == (True, False)
-    done = migration.JobObservation("succeeded", {"result": "ok", "current_version": 125})
-    step = _step(migration=step.migration, apply_job=done, pods_left=0)
-    assert (step.migration["phase"], step.roll_out, step.hold_at_zero, step.schema_version) == (
-        "Done",
-        True,
-        False,
-        125,
-    )
-
-
-def test_should_roll_out_without_draining_when_the_schema_is_current() -> None:
-    step = _step()
-    current = migration.JobObservation("succeeded", {"result": "ok", "migration_needed": False, "current_version": 125})
-    step = _step(migration=step.migration, plan_job=current)
-    assert (step.migration["phase"], step.roll_out, step.hold_at_zero) == ("Done", True, False)
-
-
-def test_should_release_the_hold_and_retry_later_when_the_apply_fails() -> None:
-    failed = migration.JobObservation("failed", {"result": "failed", "error": "lock timeout: x"})
-    step = _step(migration={"target": "t2", "phase": "Applying", "attempt": 1}, apply_job=failed, pods_left=0)
-    assert step.migration["phase"] == "Failed"
-    assert step.hold_at_zero is False  # the previous version comes back at its size
-    assert step.failure == "migration attempt 1 failed: lock timeout: x; retrying in 30 s"
-    waiting = _step(migration=step.migration, now=1010.0)
-    assert (waiting.create_job, waiting.migration["phase"]) == (None, "Failed")
-    retry = _step(migration=step.migration, now=1031.0)
-    assert (retry.create_job, retry.migration["attempt"]) == ("plan", 2)
-    assert migration.retry_delay(10, 30.0) == 600.0
-
-
-def test_should_start_over_when_the_target_changes_mid_migration() -> None:
-    step = _step(target="t3", migration={"target": "t2", "phase": "Draining", "attempt": 1})
-    assert (step.migration, step.hold_at_zero) == ({"target": "t3", "phase": "Planning", "attempt": 1}, False)
 
 
 def test_should_never_write_an_autoscaled_count_that_fits() -> None:
@@ -130,14 +88,12 @@ def test_should_never_write_an_autoscaled_count_that_fits() -> None:
     assert (owned.desired, owned.allowed, owned.write) == (6, 5, 5)
 
 
-def test_should_budget_every_pool_on_the_database() -> None:
-    facts = DatabaseFacts(max_connections=100, superuser_reserved=3, reserved=0, others_in_use=7,
-                          schema_version=125, foreign_applications=())  # fmt: skip
-    budget = compute_budget(facts, pool_size=10, headroom=10, other_pools=22)
-    # 100 - 3 - 10 - 7 - 22 - 3 (migration Job) = 55 -> 5 replicas of 11
-    assert (budget.per_replica, budget.max_replicas) == (11, 5)
-    assert budget.explain(8).startswith("8 replicas need 88 connections (11 each) but only 55 fit")
-    assert database_identity("postgresql://u:secret@db.example:6543/exec") == "db.example:6543/exec"
+def test_should_keep_running_workers_through_a_burst_but_not_grow_into_it() -> None:
+    # The burst leaves room for 2 (max_replicas), its lowest point over the window for 4 (max_kept).
+    kept = plan_replicas(spec_replicas=5, current=3, saved=None, max_replicas=2, max_kept=4, hold_at_zero=False)
+    assert (kept.allowed, kept.write) == (3, 3)  # nobody removed, nobody added
+    lasting = plan_replicas(spec_replicas=5, current=3, saved=None, max_replicas=1, max_kept=1, hold_at_zero=False)
+    assert lasting.allowed == 1  # usage that lasted the whole window does shrink the pool
 
 
 def test_should_strand_only_gone_pods_at_or_above_the_replica_count() -> None:

@@ -1,0 +1,83 @@
+"""Before a pool goes: stop its workers, then hand their PENDING runs back to the queue (I/O).
+
+The URL comes from the user's Secret or, when that went first (deleted together with the pool, or with the
+namespace), from the operator's copy (connection.py). When neither exists the runs cannot be reached: the
+pool stays, with a condition and an event saying what to do, rather than strand them silently.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from pydantic import ValidationError
+
+from fireflow_operator import conditions, connection, names, recovery
+from fireflow_operator.builders import Pool
+from fireflow_operator.dbprobe import DatabaseQueryError, DatabaseUnreachableError
+from fireflow_operator.dsn import redact
+from fireflow_operator.kube import Kube, read_or_none
+from fireflow_operator.model import parse_spec
+from fireflow_operator.settings import OperatorSettings
+
+
+@dataclass(frozen=True)
+class Waiting:
+    """The finalizer cannot finish yet: what it waits for, and whether a person has to act."""
+
+    message: str
+    blocked: bool = False  # True: only a user can unblock it (reported as a condition and a Warning event)
+
+
+def _secret_gone_message(namespace: str, pool_name: str, secret: str) -> str:
+    return (
+        f"cannot hand back the PENDING runs of pool {pool_name!r}: Secret {secret!r} and the operator's copy "
+        f"{names.connection_secret_name(pool_name)!r} are both gone. Recreate Secret {secret!r} in namespace "
+        f"{namespace} with the database URL to let the finalizer finish, or abandon the runs with: kubectl -n "
+        f"{namespace} patch fireflowworkerpool {pool_name} --type=json "
+        f'-p=\'[{{"op":"remove","path":"/metadata/finalizers"}}]\''
+    )
+
+
+def finalize(kube: Kube, settings: OperatorSettings, body: dict[str, Any]) -> Waiting | None:
+    """None when done (the caller lets the pool go), else what it is still waiting for."""
+    meta = body["metadata"]
+    namespace, name = meta["namespace"], meta["name"]
+    sts_name = names.statefulset_name(name)
+    sts: Any = read_or_none(kube.apps.read_namespaced_stateful_set, sts_name, namespace)
+    if sts is not None and sts.spec.replicas and not sts.metadata.deletion_timestamp:
+        kube.apps.patch_namespaced_stateful_set_scale(sts_name, namespace, {"spec": {"replicas": 0}})
+    if kube.list_pod_names(namespace, names.selector_labels(name)):
+        return Waiting("waiting for the workers to drain and exit")
+    try:
+        spec = parse_spec(body.get("spec") or {})
+    except ValidationError:
+        connection.release_copy(kube, namespace, name)
+        return None  # an invalid pool never ran workers
+    ever_ran = "currentTarget" in (body.get("status") or {})
+    pool = Pool(name=name, namespace=namespace, uid=meta["uid"], spec=spec)
+    source = connection.resolve(kube, pool, keep_copy=False)  # nothing new in a namespace being deleted
+    if source.url is None:
+        if not ever_ran:
+            return None
+        return Waiting(_secret_gone_message(namespace, name, spec.database.secret_ref.name), blocked=True)
+    timeout = settings.database_timeout_seconds
+    try:
+        executors = recovery.pending_executors(source.url, namespace, sts_name, timeout_seconds=timeout)
+        recovery.resume_runs_of(source.url, spec.dbos.application_name, executors, timeout_seconds=timeout)
+    except (DatabaseUnreachableError, DatabaseQueryError) as err:
+        return Waiting(f"cannot reach the database to recover runs: {redact(str(err), source.url)}")
+    connection.release_copy(kube, namespace, name)
+    return None
+
+
+def report_blocked(kube: Kube, body: dict[str, Any], waiting: Waiting) -> None:
+    """Say on the pool, as a condition, why its deletion waits for a person."""
+    meta = body["metadata"]
+    old = list((body.get("status") or {}).get("conditions") or [])
+    generation = int(meta.get("generation", 0))
+    reason = conditions.REASON_RUNS_NOT_RECOVERED
+    new = conditions.set_condition(old, conditions.DEGRADED_CONDITION, True, reason, waiting.message, generation)
+    new = conditions.set_condition(new, conditions.READY, False, reason, waiting.message, generation)
+    if new != old:
+        kube.write_status(meta["namespace"], meta["name"], {"conditions": old}, {"conditions": new})

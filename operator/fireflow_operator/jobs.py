@@ -1,0 +1,43 @@
+"""Which of a pool's migration Jobs the gate looks at, which still run, and which can go (pure).
+
+Finished Jobs are deleted once the status that recorded their outcome has been written (the caller passes
+the status as it was read, never the one being built), except the newest failed one, kept for its logs.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from fireflow_operator import migration, names
+
+
+@dataclass(frozen=True)
+class MigrationJob:
+    name: str
+    mode: str  # "plan" or "apply"
+    state: migration.JobState  # never "absent"
+    created: str  # creationTimestamp, RFC 3339: sorts by time
+
+
+def round_job_names(pool_name: str, saved: dict[str, object]) -> dict[str, str]:
+    """The names of the Jobs of the round recorded in `saved` (status.migration)."""
+    target = str(saved.get("target", ""))
+    round_ = migration.job_round(saved)
+    return {mode: names.migration_job_name(pool_name, mode, target, round_) for mode in ("plan", "apply")}
+
+
+def stale_apply(jobs: list[MigrationJob], current_apply: str) -> str | None:
+    """A running apply Job that is not the current round's."""
+    running = sorted(j.name for j in jobs if j.mode == "apply" and j.state == "running" and j.name != current_apply)
+    return f"apply Job {running[0]}" if running else None
+
+
+def jobs_to_delete(jobs: list[MigrationJob], pool_name: str, persisted: dict[str, object]) -> list[str]:
+    """Finished Jobs whose outcome the persisted status already holds, but the newest failed one."""
+    keep: set[str] = set()
+    if persisted.get("phase") in migration.IN_FLIGHT:
+        keep |= set(round_job_names(pool_name, persisted).values())
+    failed = sorted((j for j in jobs if j.state == "failed"), key=lambda j: (j.created, j.name))
+    if failed:
+        keep.add(failed[-1].name)
+    return sorted(j.name for j in jobs if j.state != "running" and j.name not in keep)

@@ -1,0 +1,80 @@
+"""The status one reconcile builds, and the events it posts; every message passes the URL redaction."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from typing import Any
+
+from pydantic import ValidationError
+
+from fireflow_operator import conditions, names
+from fireflow_operator.dsn import redact
+
+
+@dataclass
+class Outcome:
+    """What a reconcile did, for the handler to report: events to post, and when to look again."""
+
+    events: list[tuple[str, str, str]] = field(default_factory=list)  # (type Normal|Warning, reason, message)
+    phase: str = conditions.PENDING
+    requeue_seconds: float | None = None
+    allowed_replicas: int | None = None  # what the connection budget allows, when it was computed
+    recovered_runs: int = 0
+
+
+def first_error(err: ValidationError) -> str:
+    first = err.errors(include_url=False)[0]
+    where = ".".join(str(part) for part in first.get("loc", ()))
+    message = str(first["msg"]).removeprefix("Value error, ")
+    return f"spec.{where}: {message}" if where else message
+
+
+@dataclass
+class StatusDraft:
+    """The status being built in one reconcile; conditions and events redact the database URL's secret."""
+
+    namespace: str
+    name: str
+    old: dict[str, Any]
+    new: dict[str, Any]
+    generation: int
+    outcome: Outcome = field(default_factory=Outcome)
+    url: str | None = None
+
+    @classmethod
+    def start(cls, body: dict[str, Any]) -> StatusDraft:
+        meta = body["metadata"]
+        old = dict(body.get("status") or {})
+        old.pop("kopf", None)
+        new = json.loads(json.dumps(old))
+        new["observedGeneration"] = int(meta.get("generation", 0))
+        new["selector"] = ",".join(f"{k}={v}" for k, v in names.selector_labels(meta["name"]).items())
+        return cls(meta["namespace"], meta["name"], old, new, new["observedGeneration"])
+
+    def cond(self, kind: str, ok: bool | None, reason: str, message: str) -> None:
+        current = list(self.new.get("conditions") or [])
+        self.new["conditions"] = conditions.set_condition(
+            current, kind, ok, reason, redact(message, self.url), self.generation
+        )
+
+    def event(self, kind: str, reason: str, message: str) -> None:
+        self.outcome.events.append((kind, reason, redact(message, self.url)))
+
+    def blocked(self, reason: str, message: str, *, not_ready: bool = True) -> None:
+        """The pool cannot proceed: Degraded with `reason`, and nothing else is touched."""
+        self.cond(conditions.DEGRADED_CONDITION, True, reason, message)
+        if not_ready:
+            self.cond(conditions.READY, False, reason, message)
+        self.new["phase"], self.new["phaseReason"] = conditions.DEGRADED, reason
+
+    def transition_events(self) -> None:
+        """An event for every condition whose status or reason changed."""
+        old_conditions = list(self.old.get("conditions") or [])
+        for changed in conditions.transitions(old_conditions, list(self.new.get("conditions") or [])):
+            good = changed["type"] == conditions.PROGRESSING or (
+                (changed["status"] == "True") != (changed["type"] == conditions.DEGRADED_CONDITION)
+            )
+            message = f"{changed['type']}={changed['status']}: {changed['message']}"
+            self.outcome.events.append(("Normal" if good else "Warning", changed["reason"], message))
+        self.outcome.phase = str(self.new.get("phase", conditions.PENDING))
