@@ -13,6 +13,7 @@ Job holds up to three (DBOS's migrate pool of two plus the version check).
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 
 MIGRATION_JOB_CONNECTIONS = 3
@@ -155,6 +156,18 @@ def compute_budget(
         of_role = sum(p.needed for p in same_server if p.role == facts.role)
         scopes.append(Scope(ROLE, facts.role_limit, 0, others.role, of_role))
     return Budget(facts, headroom, per_replica, tuple(scopes))
+
+
+# What a budget decided and why, without the usage counts that move while nothing is decided differently:
+# a status (and an event) changes only when one of these does, so an idle pool causes no writes.
+DECISION_KEYS = (
+    "server", "database", "role", "maxConnections", "databaseLimit", "roleLimit", "headroom", "limitedBy",
+    "perReplica", "maxReplicas", "desiredReplicas", "allowedReplicas", "needed",
+)  # fmt: skip
+
+
+def same_decision(old: Mapping[str, object], new: Mapping[str, object]) -> bool:
+    return all(old.get(key) == new.get(key) for key in DECISION_KEYS)
 
 
 def pool_need(status: dict[str, object]) -> PoolNeed | None:

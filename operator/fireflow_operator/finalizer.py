@@ -27,6 +27,7 @@ class Waiting:
 
     message: str
     blocked: bool = False  # True: only a user can unblock it (reported as a condition and a Warning event)
+    retry_seconds: float = 2.0
 
 
 def _secret_gone_message(namespace: str, pool_name: str, secret: str) -> str:
@@ -66,7 +67,8 @@ def finalize(kube: Kube, settings: OperatorSettings, body: dict[str, Any]) -> Wa
         executors = recovery.pending_executors(source.url, namespace, sts_name, timeout_seconds=timeout)
         recovery.resume_runs_of(source.url, spec.dbos.application_name, executors, timeout_seconds=timeout)
     except (DatabaseUnreachableError, DatabaseQueryError) as err:
-        return Waiting(f"cannot reach the database to recover runs: {redact(str(err), source.url)}")
+        message = f"cannot reach the database to recover runs: {redact(str(err), source.url)}"
+        return Waiting(message, retry_seconds=settings.resync_seconds)
     connection.release_copy(kube, namespace, name)
     return None
 

@@ -150,4 +150,4 @@ async def pool_deleted(body: kopf.Body, **_: Any) -> None:
         await asyncio.to_thread(report_blocked, STATE.kube, dict(body), waiting)
         kopf.warn(body, reason="RunsNotRecovered", message=waiting.message)
         raise kopf.TemporaryError(waiting.message, delay=30)
-    raise kopf.TemporaryError(waiting.message, delay=2)
+    raise kopf.TemporaryError(waiting.message, delay=waiting.retry_seconds)

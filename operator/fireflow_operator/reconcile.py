@@ -17,7 +17,15 @@ from kubernetes.client.exceptions import ApiException
 from pydantic import ValidationError
 
 from fireflow_operator import conditions, connection, jobs, migration, names, observe, recovery
-from fireflow_operator.budget import Budget, DatabaseFacts, PoolNeed, Usage, compute_budget, pool_need
+from fireflow_operator.budget import (
+    Budget,
+    DatabaseFacts,
+    PoolNeed,
+    Usage,
+    compute_budget,
+    pool_need,
+    same_decision,
+)
 from fireflow_operator.builders import (
     Pool,
     build_headless_service,
@@ -224,13 +232,16 @@ class Reconciler:
             step.migration.pop("replicasBefore", None)
         draft.new["migration"] = step.migration
         draft.new["desiredReplicas"] = 0 if step.hold_at_zero else plan.allowed
-        draft.new["connectionBudget"] = used.as_status(plan.desired, plan.allowed)
+        new_budget, old_budget = used.as_status(plan.desired, plan.allowed), draft.old.get("connectionBudget") or {}
+        unchanged = same_decision(old_budget, new_budget)  # then usage moved, and nothing was decided differently
+        draft.new["connectionBudget"] = old_budget if unchanged else new_budget
         draft.outcome.allowed_replicas = plan.allowed
         over_budget = None
         if plan.allowed < plan.desired:
-            message = over_budget = used.explain(plan.desired)
             was = conditions.condition(list(draft.new.get("conditions") or []), conditions.CONNECTION_BUDGET) or {}
-            if was.get("status") != "False" or was.get("message") != message:
+            same = unchanged and was.get("status") == "False"
+            message = over_budget = str(was["message"]) if same else used.explain(plan.desired)
+            if not same:
                 draft.event("Warning", conditions.REASON_OVER_BUDGET, message)
             draft.cond(conditions.CONNECTION_BUDGET, False, conditions.REASON_OVER_BUDGET, message)
         else:

@@ -35,10 +35,10 @@ NAMESPACED_RULES: set[tuple[str, str, str]] = {
     *(("apps", "statefulsets", v) for v in ("get", "list", "watch", "create", "update", "patch")),
     ("apps", "statefulsets/scale", "patch"),
     *(("", "services", v) for v in ("get", "list", "watch", "create")),
-    *(("policy", "poddisruptionbudgets", v) for v in ("get", "list", "watch", "create", "delete")),
-    *(("batch", "jobs", v) for v in ("get", "list", "watch", "create")),
+    *(("policy", "poddisruptionbudgets", v) for v in ("get", "list", "watch", "create", "patch", "delete")),
+    *(("batch", "jobs", v) for v in ("get", "list", "watch", "create", "delete")),
     *(("", "pods", v) for v in ("get", "list", "watch")),
-    ("", "secrets", "get"),
+    *(("", "secrets", v) for v in ("get", "create", "patch", "delete")),
     *(("", "events", v) for v in ("create", "patch")),
     *(("events.k8s.io", "events", v) for v in ("create", "patch")),
 }

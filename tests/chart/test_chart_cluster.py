@@ -39,10 +39,9 @@ pytestmark = pytest.mark.usefixtures("helm_bin")
 # What the operator must never be able to do, whatever the mode.
 FORBIDDEN = [
     ("delete", "apps", "statefulsets"),
-    ("delete", "batch", "jobs"),
     ("list", "", "secrets"),
     ("watch", "", "secrets"),
-    ("create", "", "secrets"),
+    ("update", "", "secrets"),
     ("create", "", "pods"),
     ("delete", "", "pods"),
     ("get", "", "configmaps"),

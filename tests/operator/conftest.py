@@ -4,6 +4,7 @@ PostgreSQL that the pool's worker pods (local processes on the process node) con
 from __future__ import annotations
 
 import base64
+import json
 import os
 import subprocess
 import sys
@@ -13,9 +14,10 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
+import psycopg
 import pytest
 from fireflow_operator.model import GROUP, PLURAL, VERSION
-from fireflow_worker.local_postgres import free_port
+from fireflow_worker.local_postgres import LocalPostgres, free_port
 from kubernetes.client import ApiClient, CoreV1Api, CustomObjectsApi
 from kubernetes.client.exceptions import ApiException
 
@@ -26,8 +28,9 @@ WAIT = 180.0
 
 
 class OperatorProcess:
-    def __init__(self, cluster: Cluster) -> None:
+    def __init__(self, cluster: Cluster, **env: str) -> None:
         self.cluster = cluster
+        self.extra_env = env
         self.log_path = Path(tempfile.mkstemp(prefix="fireflow-operator-", suffix=".log")[1])
         self.process: subprocess.Popen[bytes] | None = None
 
@@ -40,6 +43,7 @@ class OperatorProcess:
             "FIREFLOW_OPERATOR_HEALTH_PORT": str(free_port()),
             "FIREFLOW_OPERATOR_RESYNC_SECONDS": "5",
             "FIREFLOW_OPERATOR_MIGRATION_RETRY_SECONDS": "3",
+            **self.extra_env,
         }
         with self.log_path.open("ab") as log:
             self.process = subprocess.Popen([OPERATOR_BIN], env=env, stdout=log, stderr=subprocess.STDOUT)
@@ -146,3 +150,42 @@ def wait_for_condition(
 
     result: dict[str, Any] = wait_until(f"{name} to have {kind}={status}", check, timeout)
     return result
+
+
+def create_pool(api: ApiClient, namespace: str, name: str, **spec: Any) -> None:
+    CustomObjectsApi(api).create_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, pool_body(name, **spec))
+
+
+def patch_pool(api: ApiClient, namespace: str, name: str, spec: dict[str, Any]) -> None:
+    CustomObjectsApi(api).patch_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, name, {"spec": spec})
+
+
+def list_events(api: ApiClient, namespace: str) -> list[Any]:
+    return list(CoreV1Api(api).list_namespaced_event(namespace).items)
+
+
+def assert_no_secret(api: ApiClient, namespace: str, operator: OperatorProcess, url: str) -> None:
+    password = url.split(":")[2].split("@", maxsplit=1)[0]
+    listed: Any = CustomObjectsApi(api).list_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL)
+    pool_texts = [json.dumps(p.get("status")) for p in listed["items"]]
+    event_texts = [f"{e.reason} {e.message}" for e in list_events(api, namespace)]
+    for text in [*pool_texts, *event_texts, operator.output()]:
+        assert password not in text
+
+
+def rolled_out(image: str) -> Callable[[dict[str, Any]], bool]:
+    return lambda p: p["status"].get("currentImage") == image and condition(p, "Ready").get("status") == "True"
+
+
+def set_schema_behind(url: str) -> None:
+    """Make the database need a migration again: the last three DBOS migrations are idempotent."""
+    with psycopg.connect(url) as conn:
+        conn.execute("UPDATE dbos.dbos_migrations SET version = version - 3")
+
+
+@pytest.fixture
+def small_postgres() -> Iterator[LocalPostgres]:
+    server = LocalPostgres(max_connections=40, settings={"superuser_reserved_connections": "3"})
+    server.start()
+    yield server
+    server.stop()

@@ -6,7 +6,14 @@ from fireflow_operator.model import GROUP, PLURAL, VERSION
 from fireflow_worker import migrate
 from kubernetes.client import ApiClient, AppsV1Api, BatchV1Api, CoreV1Api, CustomObjectsApi, PolicyV1Api
 
-from tests.operator.conftest import OperatorProcess, condition, create_secret, pool_body, wait_for_condition
+from tests.operator.conftest import (
+    OperatorProcess,
+    condition,
+    create_secret,
+    pool_body,
+    wait_for_condition,
+    wait_until,
+)
 
 
 def test_should_create_exactly_the_expected_children_and_become_ready(
@@ -39,8 +46,13 @@ def test_should_create_exactly_the_expected_children_and_become_ready(
     assert [p.metadata.name for p in PolicyV1Api(kube_api).list_namespaced_pod_disruption_budget(ns).items] == [
         "workers"
     ]
-    jobs = sorted(j.metadata.name for j in BatchV1Api(kube_api).list_namespaced_job(ns).items)
-    assert len(jobs) == 2 and "-plan-" in jobs[1] and "-apply-" in jobs[0]
+    # The plan and apply Jobs ran, and were deleted once the status held their outcome.
+    reasons = [e.reason for e in CoreV1Api(kube_api).list_namespaced_event(ns).items]
+    assert {"MigrationPlanning", "MigrationApplying", "MigrationSucceeded"} <= set(reasons)
+    wait_until("finished Jobs cleaned up", lambda: not BatchV1Api(kube_api).list_namespaced_job(ns).items)
+    copy = CoreV1Api(kube_api).read_namespaced_secret("workers-connection", ns)  # kept for the finalizer
+    assert copy.metadata.finalizers == ["fireflow.persistent.ai/recover-runs"]
+    assert [o.name for o in copy.metadata.owner_references or []] == ["workers"]
     for child in (sts, services[0]):
         assert child.metadata is not None
         owner = (child.metadata.owner_references or [])[0]

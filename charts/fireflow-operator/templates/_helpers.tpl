@@ -112,22 +112,24 @@ reconcile.py, kube.py, handlers.py) and what kopf does for it. The same list goe
 - apiGroups: [""]
   resources: ["services"]
   verbs: ["get", "list", "watch", "create"]
-# The pool's PodDisruptionBudget, removed when the pool drops below two replicas.
+# The pool's PodDisruptionBudget, updated with spec.podDisruptionBudget, removed below two replicas.
 - apiGroups: ["policy"]
   resources: ["poddisruptionbudgets"]
-  verbs: ["get", "list", "watch", "create", "delete"]
-# Migration plan/apply Jobs.
+  verbs: ["get", "list", "watch", "create", "patch", "delete"]
+# Migration plan/apply Jobs, deleted once their outcome is in the pool's status (the newest failed one
+# stays for its logs); listed across pools so that one apply runs at a time per database.
 - apiGroups: ["batch"]
   resources: ["jobs"]
-  verbs: ["get", "list", "watch", "create"]
+  verbs: ["get", "list", "watch", "create", "delete"]
 # Worker and migration pods: watched, and read for termination messages.
 - apiGroups: [""]
   resources: ["pods"]
   verbs: ["get", "list", "watch"]
-# The database URL named by spec.database.secretRef (read one by one, never listed).
+# The database URL named by spec.database.secretRef (read one by one, never listed), and the operator's own
+# copy of it, <pool>-connection, which keeps a finalizer until the pool's runs were handed back.
 - apiGroups: [""]
   resources: ["secrets"]
-  verbs: ["get"]
+  verbs: ["get", "create", "patch", "delete"]
 # Events on pools (kopf posts core/v1 Events).
 - apiGroups: [""]
   resources: ["events"]
