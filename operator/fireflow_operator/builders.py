@@ -5,11 +5,18 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from pydantic import BaseModel
+
 from fireflow_operator import names
 from fireflow_operator.model import PoolSpec
 
 WORKER_UID = 10001
 WRITABLE_TMP = "/tmp"  # noqa: S108 - an emptyDir, the only writable path under a read-only root
+DEFAULT_POD_SECURITY: dict[str, Any] = {
+    "runAsNonRoot": True,
+    "fsGroup": WORKER_UID,
+    "seccompProfile": {"type": "RuntimeDefault"},
+}
 DEFAULT_CONTAINER_SECURITY: dict[str, Any] = {
     "runAsNonRoot": True,
     "runAsUser": WORKER_UID,
@@ -19,6 +26,11 @@ DEFAULT_CONTAINER_SECURITY: dict[str, Any] = {
     "capabilities": {"drop": ["ALL"]},
     "seccompProfile": {"type": "RuntimeDefault"},
 }
+
+
+def _k8s(value: BaseModel | None) -> dict[str, Any]:
+    """A modelled Kubernetes object as the API server spells it (camelCase, unset fields left out)."""
+    return value.model_dump(by_alias=True, exclude_none=True, mode="json") if value is not None else {}
 
 
 @dataclass(frozen=True)
@@ -80,23 +92,26 @@ def worker_env(pool: Pool, application_version: str) -> list[dict[str, Any]]:
         {"name": "FIREFLOW_WORKER_ID", "value": "$(POD_NAMESPACE).$(POD_NAME)"},
         _database_url_env(spec),
         *({"name": key, "value": value} for key, value in plain.items()),
-        *(spec.env or []),
+        *(_k8s(e) for e in spec.env or []),
     ]
 
 
 def _pod_spec_common(pool: Pool) -> dict[str, Any]:
     spec = pool.spec
     pod: dict[str, Any] = {
-        "securityContext": spec.pod_security_context or {"runAsNonRoot": True, "fsGroup": WORKER_UID},
+        "securityContext": {**DEFAULT_POD_SECURITY, **_k8s(spec.pod_security_context)},
+        # Workers never call the Kubernetes API: no token in the pod, no service links in the env.
+        "automountServiceAccountToken": False,
+        "enableServiceLinks": False,
         "volumes": [{"name": "tmp", "emptyDir": {}}],
     }
     optional = {
         "serviceAccountName": spec.service_account_name,
         "priorityClassName": spec.priority_class_name,
         "nodeSelector": spec.node_selector,
-        "tolerations": spec.tolerations,
+        "tolerations": [_k8s(t) for t in spec.tolerations or []],
         "affinity": spec.affinity,
-        "imagePullSecrets": spec.image_pull_secrets,
+        "imagePullSecrets": [_k8s(r) for r in spec.image_pull_secrets or []],
     }
     pod.update({key: value for key, value in optional.items() if value})
     return pod
@@ -106,9 +121,9 @@ def _container_common(pool: Pool, image: str) -> dict[str, Any]:
     return {
         "image": image,
         "imagePullPolicy": pool.spec.image_pull_policy.value,
-        "securityContext": {**DEFAULT_CONTAINER_SECURITY, **(pool.spec.security_context or {})},
+        "securityContext": {**DEFAULT_CONTAINER_SECURITY, **_k8s(pool.spec.security_context)},
         "volumeMounts": [{"name": "tmp", "mountPath": WRITABLE_TMP}],
-        **({"resources": pool.spec.resources} if pool.spec.resources else {}),
+        **({"resources": _k8s(pool.spec.resources)} if pool.spec.resources else {}),
     }
 
 

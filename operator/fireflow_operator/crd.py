@@ -12,12 +12,14 @@ from typing import Any
 
 import yaml
 
-from fireflow_operator.model import GROUP, KIND, PLURAL, SHORT_NAME, VERSION, PoolSpec
+from fireflow_operator.k8s_types import cel_string
+from fireflow_operator.model import GROUP, KIND, MAX_POOL_NAME, PLURAL, POOL_NAME, SHORT_NAME, VERSION, PoolSpec
 
 _KEEP = {
     "type", "description", "default", "minimum", "maximum", "minLength", "maxLength", "pattern", "enum",
     "items", "properties", "required", "additionalProperties", "minItems", "maxItems",
     "x-kubernetes-preserve-unknown-fields", "x-kubernetes-validations", "x-kubernetes-list-type",
+    "x-kubernetes-int-or-string", "maxProperties",
 }  # fmt: skip
 
 
@@ -33,6 +35,8 @@ def _structural(schema: dict[str, Any], defs: dict[str, Any]) -> dict[str, Any]:
         rest = {k: v for k, v in schema.items() if k != "anyOf"}
         return _structural({**options[0], **rest}, defs)
     out: dict[str, Any] = {}
+    if "const" in schema:  # a one-value Literal
+        out["enum"] = [schema["const"]]
     for key, value in schema.items():
         if (
             key not in _KEEP
@@ -53,6 +57,13 @@ def _structural(schema: dict[str, Any], defs: dict[str, Any]) -> dict[str, Any]:
         out["default"] = {}
     return out
 
+
+# Every child is named after the pool; the longest child name must still be valid (model.MAX_POOL_NAME).
+NAME_RULE = {
+    "rule": f"self.metadata.name.size() <= {MAX_POOL_NAME} && self.metadata.name.matches({cel_string(POOL_NAME)})",
+    "message": f"metadata.name must be at most {MAX_POOL_NAME} characters of a-z, 0-9 and '-', start with a letter "
+    "and end with a letter or digit: the pool's StatefulSet, Service and pods are named after it",
+}
 
 STATUS_SCHEMA: dict[str, Any] = {
     "type": "object",
@@ -118,6 +129,7 @@ def build_crd() -> dict[str, Any]:
                         "openAPIV3Schema": {
                             "type": "object",
                             "description": "A pool of FireFlow workers running flows as durable DBOS workflows.",
+                            "x-kubernetes-validations": [NAME_RULE],
                             "required": ["spec"],
                             "properties": {
                                 "apiVersion": {"type": "string"},

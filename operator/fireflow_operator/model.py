@@ -11,8 +11,20 @@ from __future__ import annotations
 from enum import StrEnum
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
-from pydantic.alias_generators import to_camel
+from pydantic import ConfigDict, Field, model_validator
+
+from fireflow_operator.k8s_types import (
+    DNS_SUBDOMAIN,
+    AnnotationMap,
+    ContainerSecurityContext,
+    EnvVar,
+    K8sModel,
+    LabelMap,
+    LocalObjectReference,
+    PodSecurityContext,
+    ResourceRequirements,
+    Toleration,
+)
 
 GROUP = "fireflow.persistent.ai"
 VERSION = "v1alpha1"
@@ -53,16 +65,21 @@ RESERVED_ENV = (
 
 
 _OPAQUE: dict[str, Any] = {"type": "object", "x-kubernetes-preserve-unknown-fields": True}
+# The longest child name is a versioned StatefulSet's controller-revision-hash label value,
+# "<pool>-v<up to 5 digits>-<10 characters>", which must fit a 63-character label value.
+MAX_POOL_NAME = 63 - len("-v99999") - len("-") - 10
+POOL_NAME = r"^[a-z]([-a-z0-9]*[a-z0-9])?$"  # a DNS-1035 label: the Service name starts with it
 
 
 def _k8s_object(description: str, *, array: bool = False) -> Any:
-    """A field whose value is a Kubernetes type the API server already knows (kept as-is, not re-modelled)."""
-    extra: dict[str, Any] = {"items": _OPAQUE, "maxItems": 100} if array else dict(_OPAQUE)
+    """A field whose value is a Kubernetes type the API server checks on the children (kept as-is); what it
+    refuses there is reported on the pool as InvalidSpec with the API server's message."""
+    extra: dict[str, Any] = {"items": _OPAQUE, "maxItems": 32} if array else dict(_OPAQUE)
     return Field(None, description=description, json_schema_extra=extra)
 
 
-class _Model(BaseModel):
-    model_config = ConfigDict(alias_generator=to_camel, populate_by_name=True, extra="forbid", frozen=True)
+class _Model(K8sModel):
+    pass
 
 
 class ImagePullPolicy(StrEnum):
@@ -172,7 +189,9 @@ class PoolSpec(_Model):
 
     image: str = Field(min_length=1, max_length=512, pattern=r"^\S+$", description="The worker image.")
     image_pull_policy: ImagePullPolicy = Field(ImagePullPolicy.IF_NOT_PRESENT, description="Image pull policy.")
-    image_pull_secrets: list[dict[str, Any]] | None = _k8s_object("LocalObjectReferences to pull secrets.", array=True)
+    image_pull_secrets: list[LocalObjectReference] | None = Field(
+        None, max_length=16, description="Secrets to pull the image with."
+    )
     replicas: int | None = Field(
         None, ge=0, le=1_000, description="Desired workers. Unset: an autoscaler owns the count (see /scale)."
     )
@@ -199,33 +218,35 @@ class PoolSpec(_Model):
         default_factory=lambda: PodDisruptionBudgetSpec.model_validate({}),
         description="PodDisruptionBudget of the pool.",
     )
-    resources: dict[str, Any] | None = _k8s_object("Container resources (requests/limits).")
-    node_selector: dict[str, str] | None = Field(None, description="Pod node selector.")
-    tolerations: list[dict[str, Any]] | None = _k8s_object("Pod tolerations.", array=True)
+    resources: ResourceRequirements | None = Field(None, description="Container resources (requests/limits).")
+    node_selector: LabelMap | None = Field(None, description="Pod node selector.")
+    tolerations: list[Toleration] | None = Field(None, max_length=32, description="Pod tolerations.")
     affinity: dict[str, Any] | None = _k8s_object("Pod affinity.")
     topology_spread_constraints: list[dict[str, Any]] | None = _k8s_object(
         "Pod topology spread constraints.", array=True
     )
-    pod_annotations: dict[str, str] | None = Field(None, description="Extra pod annotations.")
-    pod_labels: dict[str, str] | None = Field(None, description="Extra pod labels (never the selector's).")
-    service_account_name: str | None = Field(None, max_length=253, description="Service account of the pods.")
-    priority_class_name: str | None = Field(None, max_length=253, description="Priority class of the pods.")
-    security_context: dict[str, Any] | None = _k8s_object("Container security context (defaults are non-root).")
-    pod_security_context: dict[str, Any] | None = _k8s_object("Pod security context.")
-    env: list[dict[str, Any]] | None = Field(
+    pod_annotations: AnnotationMap | None = Field(None, description="Extra pod annotations.")
+    pod_labels: LabelMap | None = Field(None, description="Extra pod labels (never the selector's).")
+    service_account_name: str | None = Field(
         None,
+        max_length=253,
+        pattern=DNS_SUBDOMAIN,
+        description="Service account of the pods: only one the operator's settings allow (see the README).",
+    )
+    priority_class_name: str | None = Field(
+        None, max_length=253, pattern=DNS_SUBDOMAIN, description="Priority class of the pods."
+    )
+    security_context: ContainerSecurityContext | None = Field(
+        None, description="Container security context, within the restricted Pod Security Standard."
+    )
+    pod_security_context: PodSecurityContext | None = Field(
+        None, description="Pod security context, within the restricted Pod Security Standard."
+    )
+    env: list[EnvVar] | None = Field(
+        None,
+        max_length=100,
         description="Extra environment variables of the worker container.",
         json_schema_extra={
-            "maxItems": 200,
-            "items": {
-                "type": "object",
-                "required": ["name"],
-                "properties": {
-                    "name": {"type": "string", "minLength": 1, "maxLength": 253},
-                    "value": {"type": "string"},
-                    "valueFrom": _OPAQUE,
-                },
-            },
             "x-kubernetes-validations": [
                 {
                     "rule": "self.all(e, !(e.name in " + str(list(RESERVED_ENV)).replace("'", '"') + "))",
@@ -249,7 +270,7 @@ class PoolSpec(_Model):
             )
         if len(set(self.queues)) != len(self.queues) or not set(self.queues) <= set(QUEUES):
             raise ValueError(f"spec.queues must be distinct names among {', '.join(QUEUES)}")
-        reserved = [e.get("name") for e in self.env or [] if e.get("name") in RESERVED_ENV]
+        reserved = [e.name for e in self.env or [] if e.name in RESERVED_ENV]
         if reserved:
             raise ValueError(f"spec.env may not set a variable the operator manages: {reserved[0]}")
         return self

@@ -1,0 +1,285 @@
+"""The Kubernetes types a pool's spec passes through to its pods, modelled tightly enough that whatever the
+CRD accepts, the API server also accepts in a StatefulSet, and restricted-compatible by construction.
+
+Each rule the API server enforces on a Pod is repeated here as a schema constraint or a CEL rule with a
+message, and as the same check in pydantic (for objects that predate a CRD upgrade). Fields that would
+break out of the restricted Pod Security Standard (privileged, root, added capabilities, host namespaces,
+host paths, sysctls, unconfined seccomp) are refused with a message, or not part of the spec at all.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from typing import Annotated, Any, Literal
+
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, WithJsonSchema, model_validator
+from pydantic.alias_generators import to_camel
+
+QUANTITY = (
+    r"^(\+|-)?(([0-9]+(\.[0-9]*)?)|(\.[0-9]+))(([KMGTPE]i)|[numkMGTPE]|([eE](\+|-)?(([0-9]+(\.[0-9]*)?)|(\.[0-9]+))))?$"
+)
+LABEL_VALUE = r"^(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?$"
+# A label or annotation key: an optional DNS-subdomain prefix and a name of at most 63 characters.
+QUALIFIED_NAME = (
+    r"^([a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*/)?"
+    r"[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?$"
+)
+DNS_SUBDOMAIN = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$"
+CONFIG_KEY = r"^[-._a-zA-Z0-9]+$"
+ENV_NAME = r"^[!-<>-~]+$"  # printable ASCII but "=" and space, as the API server's relaxed env rule
+RESTRICTED = "pool pods run under the restricted Pod Security Standard"
+
+
+class K8sModel(BaseModel):
+    model_config = ConfigDict(alias_generator=to_camel, populate_by_name=True, extra="forbid", frozen=True)
+
+
+def cel(rule: str, message: str) -> dict[str, Any]:
+    return {"rule": rule, "message": message}
+
+
+def cel_string(text: str) -> str:
+    """A CEL string literal (CEL's escapes are JSON's for what our patterns hold)."""
+    return json.dumps(text)
+
+
+def _check_quantity(value: int | str) -> int | str:
+    if isinstance(value, str) and not re.fullmatch(QUANTITY, value):
+        raise ValueError(f"{value!r} is not a quantity (such as 500m, 2, 1.5Gi)")
+    return value
+
+
+Quantity = Annotated[
+    int | str,
+    AfterValidator(_check_quantity),
+    WithJsonSchema({"x-kubernetes-int-or-string": True, "pattern": QUANTITY}),
+]
+
+
+def _keys_match(pattern: str, what: str, max_length: int = 316) -> Any:
+    def check(mapping: dict[str, Any] | None) -> dict[str, Any] | None:
+        for key in mapping or {}:
+            if len(key) > max_length or not re.fullmatch(pattern, key):
+                raise ValueError(f"{key!r} is not a valid {what}")
+        return mapping
+
+    return AfterValidator(check)
+
+
+def keyed_map(
+    value_schema: dict[str, Any], *, what: str, max_properties: int, key_pattern: str = QUALIFIED_NAME
+) -> Any:
+    """The JSON schema of a map whose keys must be `what` (checked by CEL: schemas cannot match keys)."""
+    return {
+        "type": "object",
+        "maxProperties": max_properties,
+        "additionalProperties": value_schema,
+        "x-kubernetes-validations": [
+            cel(f"self.all(k, k.size() <= 316 && k.matches({cel_string(key_pattern)}))", f"every key must be a {what}")
+        ],
+    }
+
+
+def _label_value(value: str) -> str:
+    if len(value) > 63 or not re.fullmatch(LABEL_VALUE, value):
+        raise ValueError(f"{value!r} is not a label value (at most 63 of A-Z a-z 0-9 - _ ., alphanumeric at both ends)")
+    return value
+
+
+LabelMap = Annotated[
+    dict[str, Annotated[str, AfterValidator(_label_value)]],
+    _keys_match(QUALIFIED_NAME, "label key"),
+    WithJsonSchema(
+        keyed_map({"type": "string", "maxLength": 63, "pattern": LABEL_VALUE}, what="label key", max_properties=32)
+    ),
+]
+AnnotationMap = Annotated[
+    dict[str, Annotated[str, Field(max_length=4096)]],
+    _keys_match(QUALIFIED_NAME, "annotation key"),
+    WithJsonSchema(keyed_map({"type": "string", "maxLength": 4096}, what="annotation key", max_properties=32)),
+]
+ResourceMap = Annotated[
+    dict[str, Quantity],
+    _keys_match(QUALIFIED_NAME, "resource name"),
+    WithJsonSchema(
+        keyed_map({"x-kubernetes-int-or-string": True, "pattern": QUANTITY}, what="resource name", max_properties=16)
+    ),
+]
+ObjectName = Annotated[str, Field(min_length=1, max_length=253, pattern=DNS_SUBDOMAIN)]
+
+
+class ResourceRequirements(K8sModel):
+    limits: ResourceMap | None = Field(None, description="Most of each resource the worker may use.")
+    requests: ResourceMap | None = Field(None, description="What the scheduler reserves for the worker.")
+
+
+class Toleration(K8sModel):
+    model_config = ConfigDict(
+        json_schema_extra={
+            "x-kubernetes-validations": [
+                cel(
+                    "!has(self.operator) || self.operator != 'Exists' || !has(self.value) || self.value == ''",
+                    "a toleration with operator Exists takes no value",
+                ),
+                cel(
+                    "has(self.key) || (has(self.operator) && self.operator == 'Exists')",
+                    "a toleration without a key must use operator Exists",
+                ),
+            ]
+        }
+    )
+
+    key: str | None = Field(None, max_length=316, pattern=QUALIFIED_NAME)
+    operator: Literal["Exists", "Equal"] | None = None
+    value: str | None = Field(None, max_length=63, pattern=LABEL_VALUE)
+    effect: Literal["NoSchedule", "PreferNoSchedule", "NoExecute"] | None = None
+    toleration_seconds: int | None = Field(None, ge=0, le=31_536_000)
+
+    @model_validator(mode="after")
+    def _rules(self) -> Toleration:
+        if self.operator == "Exists" and self.value:
+            raise ValueError("a toleration with operator Exists takes no value")
+        if self.key is None and self.operator != "Exists":
+            raise ValueError("a toleration without a key must use operator Exists")
+        return self
+
+
+class LocalObjectReference(K8sModel):
+    name: ObjectName
+
+
+class KeySelector(K8sModel):
+    name: ObjectName
+    key: str = Field(min_length=1, max_length=253, pattern=CONFIG_KEY)
+    optional: bool | None = None
+
+
+FIELD_PATH = (
+    r"^(metadata\.(name|namespace|uid|labels\['[^']+'\]|annotations\['[^']+'\])"
+    r"|spec\.(nodeName|serviceAccountName)|status\.(hostIP|hostIPs|podIP|podIPs))$"
+)
+
+
+class ObjectFieldSelector(K8sModel):
+    field_path: str = Field(max_length=316, pattern=FIELD_PATH)
+    api_version: Literal["v1"] | None = None
+
+
+class ResourceFieldSelector(K8sModel):
+    resource: Literal[
+        "limits.cpu", "limits.memory", "limits.ephemeral-storage",
+        "requests.cpu", "requests.memory", "requests.ephemeral-storage",
+    ]  # fmt: skip
+    container_name: str | None = Field(None, max_length=63)
+    divisor: Quantity | None = None
+
+
+class EnvVarSource(K8sModel):
+    model_config = ConfigDict(
+        json_schema_extra={
+            "x-kubernetes-validations": [
+                cel("(has(self.fieldRef) ? 1 : 0) + (has(self.resourceFieldRef) ? 1 : 0) + "
+                    "(has(self.configMapKeyRef) ? 1 : 0) + (has(self.secretKeyRef) ? 1 : 0) == 1",
+                    "valueFrom takes exactly one of fieldRef, resourceFieldRef, configMapKeyRef, secretKeyRef"),
+            ]
+        }
+    )  # fmt: skip
+
+    field_ref: ObjectFieldSelector | None = None
+    resource_field_ref: ResourceFieldSelector | None = None
+    config_map_key_ref: KeySelector | None = None
+    secret_key_ref: KeySelector | None = None
+
+    @model_validator(mode="after")
+    def _one_source(self) -> EnvVarSource:
+        sources = [self.field_ref, self.resource_field_ref, self.config_map_key_ref, self.secret_key_ref]
+        if sum(s is not None for s in sources) != 1:
+            raise ValueError("valueFrom takes exactly one of fieldRef, resourceFieldRef, configMapKeyRef, secretKeyRef")
+        return self
+
+
+class EnvVar(K8sModel):
+    model_config = ConfigDict(
+        json_schema_extra={
+            "x-kubernetes-validations": [
+                cel("!(has(self.value) && has(self.valueFrom))", "set value or valueFrom, not both")
+            ]
+        }
+    )
+
+    name: str = Field(min_length=1, max_length=253, pattern=ENV_NAME)
+    value: str | None = Field(None, max_length=32_768)
+    value_from: EnvVarSource | None = None
+
+    @model_validator(mode="after")
+    def _one_of(self) -> EnvVar:
+        if self.value is not None and self.value_from is not None:
+            raise ValueError("set value or valueFrom, not both")
+        return self
+
+
+def _refuse(rule: str, message: str) -> dict[str, Any]:
+    return {"x-kubernetes-validations": [cel(rule, message)]}
+
+
+class Capabilities(K8sModel):
+    add: list[Literal["NET_BIND_SERVICE"]] | None = Field(
+        None,
+        max_length=1,
+        description="Only NET_BIND_SERVICE may be added (" + RESTRICTED + ").",
+    )
+    drop: list[Annotated[str, Field(max_length=64, pattern=r"^[A-Z_]+$")]] | None = Field(None, max_length=64)
+
+
+class SeccompProfile(K8sModel):
+    type: Literal["RuntimeDefault", "Localhost"] = Field(description="Unconfined is not allowed (" + RESTRICTED + ").")
+    localhost_profile: str | None = Field(None, max_length=4096)
+
+
+def _message(field: str, value: object) -> str:
+    shown = str(value).lower() if isinstance(value, bool) else value
+    return f"{field}: {shown} is not allowed: {RESTRICTED}"
+
+
+def _refused(rule: str, field: str, value: object) -> dict[str, Any]:
+    return _refuse(rule, _message(field, value))
+
+
+class _RestrictedFields(K8sModel):
+    """The security fields both contexts share, each refused with a message when it leaves "restricted"."""
+
+    run_as_user: int | None = Field(
+        None, ge=0, le=2_147_483_647, json_schema_extra=_refused("self != 0", "runAsUser", 0)
+    )
+    run_as_group: int | None = Field(None, ge=0, le=2_147_483_647)
+    run_as_non_root: bool | None = Field(None, json_schema_extra=_refused("self == true", "runAsNonRoot", False))
+    seccomp_profile: SeccompProfile | None = None
+
+    @model_validator(mode="after")
+    def _restricted(self) -> _RestrictedFields:
+        refused = {
+            "runAsUser": (self.run_as_user, 0),
+            "runAsNonRoot": (self.run_as_non_root, False),
+            "privileged": (getattr(self, "privileged", None), True),
+            "allowPrivilegeEscalation": (getattr(self, "allow_privilege_escalation", None), True),
+        }
+        for field, (value, bad) in refused.items():
+            if value is not None and value == bad and type(value) is type(bad):
+                raise ValueError(_message(field, bad))
+        return self
+
+
+class ContainerSecurityContext(_RestrictedFields):
+    read_only_root_filesystem: bool | None = None
+    allow_privilege_escalation: bool | None = Field(
+        None, json_schema_extra=_refused("self == false", "allowPrivilegeEscalation", True)
+    )
+    privileged: bool | None = Field(None, json_schema_extra=_refused("self == false", "privileged", True))
+    capabilities: Capabilities | None = None
+
+
+class PodSecurityContext(_RestrictedFields):
+    fs_group: int | None = Field(None, ge=0, le=2_147_483_647)
+    fs_group_change_policy: Literal["OnRootMismatch", "Always"] | None = None
+    supplemental_groups: list[Annotated[int, Field(ge=0, le=2_147_483_647)]] | None = Field(None, max_length=32)

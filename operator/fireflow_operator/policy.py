@@ -1,0 +1,81 @@
+"""What a pool author may get through the operator, decided before anything is built (pure).
+
+A person allowed to manage pools, but not to read Secrets or create privileged pods, must get neither
+through the operator. Pod security is restricted by the CRD (k8s_types.py). Here: a pool may use only
+Secrets whose owner shared them with pools (a label), only service accounts the operator's installer
+allowed, and a database URL is checked for what DBOS can use, without ever echoing what the Secret holds.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from psycopg.conninfo import conninfo_to_dict
+
+from fireflow_operator.dsn import libpq_dsn
+from fireflow_operator.model import PoolSpec
+
+SHARED_SECRET_LABEL = "fireflow.persistent.ai/usable-by-pools"
+DEFAULT_SERVICE_ACCOUNT = "default"
+REASON_SECRET_NOT_SHARED = "SecretNotShared"
+REASON_SERVICE_ACCOUNT = "ServiceAccountNotAllowed"
+REASON_INVALID_URL = "InvalidDatabaseURL"
+
+
+@dataclass(frozen=True)
+class Refusal:
+    reason: str
+    message: str
+
+
+def secrets_used(spec: PoolSpec) -> list[str]:
+    """Every Secret the pool's pods would read: the database URL's and those of spec.env."""
+    names = [spec.database.secret_ref.name]
+    for env in spec.env or []:
+        ref = env.value_from.secret_key_ref if env.value_from is not None else None
+        if ref is not None and ref.name not in names:
+            names.append(ref.name)
+    return names
+
+
+def unshared_secret(namespace: str, labels_by_secret: dict[str, dict[str, str] | None]) -> Refusal | None:
+    """The first existing Secret that its owner did not share with pools (None: every one was)."""
+    for name, labels in labels_by_secret.items():
+        if labels is not None and (labels or {}).get(SHARED_SECRET_LABEL) != "true":
+            return Refusal(
+                REASON_SECRET_NOT_SHARED,
+                f"Secret {name!r} is not shared with pools: whoever may write Secrets in namespace {namespace} "
+                f"shares it with: kubectl -n {namespace} label secret {name} {SHARED_SECRET_LABEL}=true",
+            )
+    return None
+
+
+def service_account_refusal(spec: PoolSpec, allowed: list[str]) -> Refusal | None:
+    account = spec.service_account_name
+    if account is None or account == DEFAULT_SERVICE_ACCOUNT or account in allowed:
+        return None
+    others = ", ".join(repr(a) for a in allowed) if allowed else "none but the namespace's default"
+    return Refusal(
+        REASON_SERVICE_ACCOUNT,
+        f"spec.serviceAccountName {account!r} is not allowed: this operator lets pools run as {others} "
+        f"(the Helm value security.allowedServiceAccounts)",
+    )
+
+
+def url_refusal(url: str, secret: str, key: str) -> Refusal | None:
+    """Whether DBOS can use the URL; the message names the Secret, never what it holds."""
+    where = f"Secret {secret!r} key {key!r}"
+    try:
+        params = conninfo_to_dict(libpq_dsn(url))
+    except Exception:  # libpq's message quotes the string: it must not reach a status
+        return Refusal(REASON_INVALID_URL, f"{where} is not a PostgreSQL URL or key=value connection string")
+    if not url.strip().startswith(("postgres://", "postgresql://", "postgresql+")):
+        return Refusal(REASON_INVALID_URL, f"{where} must be a postgresql:// URL (DBOS takes no key=value strings)")
+    hosts = str(params.get("host") or "").split(",")
+    if len(hosts) > 1:
+        return Refusal(
+            REASON_INVALID_URL,
+            f"{where} names {len(hosts)} hosts: the executions database needs exactly one (the primary; "
+            f"put a proxy or a DNS name in front of a failover pair)",
+        )
+    return None

@@ -1,0 +1,58 @@
+"""Pools that share a database share its queue settings: DBOS keeps one row per queue and database, and
+every worker reloads it on each poll, so the last writer silently wins for everyone (pure).
+
+A pool whose settings for a queue it shares with an older pool on the same database differ is refused,
+with both values in the message, rather than merged.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from fireflow_operator.model import QUEUES, PoolSpec
+from fireflow_operator.policy import Refusal
+
+REASON_QUEUE_SETTINGS = "QueueSettingsConflict"
+EXECUTIONS, BACKGROUND, SANDBOX, TERMINAL = QUEUES
+
+
+def queue_settings(spec: PoolSpec) -> dict[str, dict[str, int]]:
+    """What the pool's workers register for each queue they serve (the worker's queues.py)."""
+    dbos = spec.dbos
+    polling = {"pollingIntervalMs": dbos.polling_interval_ms}
+    every = {
+        EXECUTIONS: {"workerConcurrency": dbos.worker_concurrency, "queueConcurrency": dbos.queue_concurrency},
+        BACKGROUND: {"workerConcurrency": max(1, dbos.worker_concurrency // 2), "queueConcurrency": dbos.queue_concurrency},
+        SANDBOX: {"sandboxQueueConcurrency": dbos.sandbox_queue_concurrency},
+        TERMINAL: {"terminalQueueConcurrency": dbos.terminal_queue_concurrency},
+    }
+    return {queue: {**every[queue], **polling} for queue in spec.queues}
+
+
+@dataclass(frozen=True)
+class PoolOnDatabase:
+    namespace: str
+    name: str
+    created: str  # creationTimestamp: the older pool's settings stand
+    spec: PoolSpec
+
+    @property
+    def key(self) -> tuple[str, str, str]:
+        return (self.created, self.namespace, self.name)
+
+
+def conflict(pool: PoolOnDatabase, others: list[PoolOnDatabase]) -> Refusal | None:
+    mine = queue_settings(pool.spec)
+    for other in sorted((o for o in others if o.key < pool.key), key=lambda o: o.key):
+        theirs = queue_settings(other.spec)
+        for queue in sorted(set(mine) & set(theirs)):
+            for setting, value in mine[queue].items():
+                if theirs[queue].get(setting) != value:
+                    return Refusal(
+                        REASON_QUEUE_SETTINGS,
+                        f"pool {other.namespace}/{other.name} on this database sets {setting} "
+                        f"{theirs[queue][setting]} for {queue}, this pool {value}: DBOS keeps one setting per queue "
+                        f"and database, so one of them would silently not apply. Use the same spec.dbos settings "
+                        f"for the queues both serve, or another database. Nothing was rolled out.",
+                    )
+    return None
