@@ -66,21 +66,27 @@ def _job_change(rv: int, kind: str, event_type: str, obj: Any) -> Change:
 
 
 class Recorder:
+    """Lists first (synchronously), then watches from the list's resourceVersion: nothing is missed, however
+    late the watch threads get going on a busy machine."""
+
     def __init__(self, api: ApiClient, namespace: str) -> None:
         self.changes: list[Change] = []
         self._stop = threading.Event()
-        self._threads = [
-            threading.Thread(target=self._watch, args=(api, namespace, kind), daemon=True) for kind in ("Pod", "Job")
-        ]
+        self._threads = []
+        for kind in ("Pod", "Job"):
+            lister = CoreV1Api(api).list_namespaced_pod if kind == "Pod" else BatchV1Api(api).list_namespaced_job
+            build = _pod_change if kind == "Pod" else _job_change
+            listed: Any = lister(namespace)
+            self.changes += [build(int(o.metadata.resource_version), kind, "ADDED", o) for o in listed.items]
+            args = (lister, build, namespace, kind, listed.metadata.resource_version)
+            self._threads.append(threading.Thread(target=self._watch, args=args, daemon=True))
         for thread in self._threads:
             thread.start()
 
-    def _watch(self, api: ApiClient, namespace: str, kind: str) -> None:
-        lister = CoreV1Api(api).list_namespaced_pod if kind == "Pod" else BatchV1Api(api).list_namespaced_job
-        build = _pod_change if kind == "Pod" else _job_change
+    def _watch(self, lister: Any, build: Any, namespace: str, kind: str, since: str) -> None:
         stream = watch.Watch()
         try:
-            for event in stream.stream(lister, namespace, timeout_seconds=3600):
+            for event in stream.stream(lister, namespace, resource_version=since, timeout_seconds=3600):
                 obj = event["object"]
                 self.changes.append(build(int(obj.metadata.resource_version), kind, event["type"], obj))
                 if self._stop.is_set():
@@ -107,6 +113,7 @@ def violations(changes: list[Change]) -> list[str]:
     running_applies: set[str] = set()
     latest_plan: dict[str, tuple[int, bool]] = {}  # image -> (rv, migration needed)
     applied_at: list[int] = []  # rvs at which an apply Job completed successfully
+    seen_complete: set[str] = set()
     job_summaries: dict[str, dict[str, Any]] = {}
     for change in changes:
         if change.kind == "Pod" and change.component.startswith("migration-") and change.summary:
@@ -114,6 +121,9 @@ def violations(changes: list[Change]) -> list[str]:
         if change.kind == "Job":
             if change.component == "migration-apply":
                 active = change.type != "DELETED" and not change.finished
+                if change.finished == "Complete" and change.name not in seen_complete:
+                    seen_complete.add(change.name)  # also when first seen already finished
+                    applied_at.append(change.rv)
                 if active and change.name not in running_applies:
                     if running_applies:
                         problems.append(f"rv {change.rv}: apply {change.name} while {sorted(running_applies)} run")
@@ -122,8 +132,6 @@ def violations(changes: list[Change]) -> list[str]:
                     running_applies.add(change.name)
                 elif not active and change.name in running_applies:
                     running_applies.discard(change.name)
-                    if change.finished == "Complete":
-                        applied_at.append(change.rv)
             elif change.component == "migration-plan" and change.finished == "Complete":
                 # A plan whose answer was not seen counts as "behind": the stricter reading.
                 needed = bool(job_summaries.get(change.name, {}).get("migration_needed", True))

@@ -119,6 +119,7 @@ def test_should_resume_its_migration_without_a_second_job_when_the_operator_rest
     kube_api: ApiClient, kube_namespace: str, operator: OperatorProcess, pool_database: str
 ) -> None:
     create_secret(kube_api, kube_namespace, pool_database)
+    recorder = Recorder(kube_api, kube_namespace)
     create_pool(kube_api, kube_namespace, "pool", replicas=1, migration={"lockTimeoutMs": 1000, "retries": 30})
     wait_for_condition(kube_api, kube_namespace, "pool", "Ready")
     set_schema_behind(pool_database)
@@ -138,14 +139,14 @@ def test_should_resume_its_migration_without_a_second_job_when_the_operator_rest
     try:
         holder.close()
         wait_for_pool(kube_api, kube_namespace, "pool", "the rollout", rolled_out("fireflow-worker:2"))
-        jobs = BatchV1Api(kube_api).list_namespaced_job(kube_namespace).items
-        upgrade_applies = [
-            j.metadata.name
-            for j in jobs
-            if "-apply-" in j.metadata.name and "fireflow-worker:2" in json.dumps(j.metadata.annotations)
-        ]
-        assert len(upgrade_applies) == 1
+        changes = recorder.ordered()
+        upgrade_applies = {
+            c.name for c in changes if c.kind == "Job" and c.component == "migration-apply" and c.image.endswith(":2")
+        }
+        assert len(upgrade_applies) == 1  # the restarted operator found its Job, started none
+        assert violations(changes) == []
     finally:
+        recorder.close()
         restarted.stop()
 
 

@@ -176,7 +176,8 @@ def test_should_keep_every_promise_through_a_random_sequence(
         traffic.stop()
         wait_until(f"every run finished after {player.log}", lambda: not traffic.unfinished(), timeout=240)
         recorder.close()
-        assert violations(recorder.ordered()) == [], player.log
+        problems = violations(recorder.ordered())
+        assert problems == [], f"{problems} after {player.log}"
         batch = BatchV1Api(kube_api)
         wait_until(
             "finished Jobs cleaned up but the newest failed one",
