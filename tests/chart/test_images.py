@@ -208,7 +208,9 @@ def test_should_run_the_commands_the_chart_and_the_builders_give_the_images() ->
     spec = parse_spec({"image": "fireflow-worker:1", "database": {"secretRef": {"name": "db"}}})
     pool = Pool(name="p", namespace="ns", uid="u", spec=spec)
     statefulset = builders.build_statefulset(pool, image="fireflow-worker:1", application_version="1", replicas=1)
-    job = builders.build_migration_job(pool, mode="apply", image="fireflow-worker:1", target="t", attempt=0)
+    job = builders.build_migration_job(
+        pool, mode="apply", image="fireflow-worker:1", target="t", round_=0, database_label="db"
+    )
     worker_entrypoint = _json_array(parse(REPO_ROOT / "Dockerfile.worker")[-1].all("ENTRYPOINT")[0])
     for pod in (statefulset["spec"]["template"]["spec"], job["spec"]["template"]["spec"]):
         (container,) = pod["containers"]
