@@ -139,6 +139,8 @@ def build_statefulset(pool: Pool, *, image: str, application_version: str, repli
         "args": ["run"],
         "env": worker_env(pool, application_version),
         "ports": [{"name": names.HEALTH_PORT_NAME, "containerPort": names.HEALTH_PORT}],
+        # A worker that cannot start says why on stderr (one line): the pod's status shows it.
+        "terminationMessagePolicy": "FallbackToLogsOnError",
         "readinessProbe": probe,
         "livenessProbe": {
             "httpGet": {"path": "/healthz", "port": names.HEALTH_PORT_NAME},

@@ -40,7 +40,13 @@ REASON_RUNS_NOT_RECOVERED = "RunsNotRecovered"
 REASON_INVALID_SPEC = "InvalidSpec"
 REASON_SECRET_MISSING = "SecretMissing"
 REASON_APPLICATION_CONFLICT = "ApplicationNameConflict"
+REASON_SECRET_NOT_SHARED = "SecretNotShared"
+REASON_SERVICE_ACCOUNT_NOT_ALLOWED = "ServiceAccountNotAllowed"
+REASON_INVALID_DATABASE_URL = "InvalidDatabaseURL"
+REASON_QUEUE_SETTINGS_CONFLICT = "QueueSettingsConflict"
 REASON_HEALTHY = "Healthy"
+# Besides these, Degraded and Ready carry a pod's own reason when a pod cannot run (health.py):
+# ImagePullBackOff, ErrImagePull, CrashLoopBackOff, CreateContainerConfigError, Unschedulable, FailedCreate...
 
 
 def now_iso() -> str:

@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import hashlib
+import json
 import logging
 import time
 from collections.abc import Mapping
@@ -28,6 +30,16 @@ log = logging.getLogger("fireflow.operator")
 _locks: dict[tuple[str, str], asyncio.Lock] = {}
 _requeues: dict[tuple[str, str], asyncio.TimerHandle] = {}
 _phases: dict[tuple[str, str], str] = {}
+
+
+class DigestDiffBaseStorage(kopf.AnnotationsDiffBaseStorage):
+    """kopf's record of the last handled pool as a digest: kopf keeps the whole spec in an annotation
+    otherwise, and a large spec (a long env value) would break every patch of the 256 KiB annotation limit.
+    The update handler takes no field diff, so a digest says all it needs: something changed."""
+
+    def build(self, *, body: kopf.Body, extra_fields: Any = None) -> Any:
+        essence = super().build(body=body, extra_fields=extra_fields)
+        return {"digest": hashlib.sha256(json.dumps(essence, sort_keys=True, default=str).encode()).hexdigest()}
 
 
 class _State:
@@ -52,7 +64,7 @@ def configure(settings: kopf.OperatorSettings, **_: Any) -> None:
     # Our finalizer's name says what it guards; kopf keeps its own bookkeeping out of status.
     settings.persistence.finalizer = names.FINALIZER
     settings.persistence.progress_storage = kopf.AnnotationsProgressStorage(prefix="fireflow.persistent.ai")
-    settings.persistence.diffbase_storage = kopf.AnnotationsDiffBaseStorage(prefix="fireflow.persistent.ai")
+    settings.persistence.diffbase_storage = DigestDiffBaseStorage(prefix="fireflow.persistent.ai")
     settings.posting.level = logging.INFO
     # Watching only some namespaces: no cluster-wide namespace/CRD scans, so no ClusterRole is needed.
     settings.scanning.disabled = bool(STATE.settings.namespaces)
@@ -120,7 +132,7 @@ def _requeue(namespace: str, name: str, delay: float) -> None:
 
 @kopf.on.resume(GROUP, VERSION, PLURAL)
 @kopf.on.create(GROUP, VERSION, PLURAL)
-@kopf.on.update(GROUP, VERSION, PLURAL, field="spec")
+@kopf.on.update(GROUP, VERSION, PLURAL)
 async def pool_changed(namespace: str | None, name: str, **_: Any) -> None:
     await _reconcile(str(namespace), name)
 

@@ -60,7 +60,7 @@ def first_pod_problem(pods: list[Any]) -> PodProblem | None:
 
 
 def _when(event: Any) -> datetime | None:
-    stamp = event.last_timestamp or event.event_time or event.first_timestamp
+    stamp: datetime | None = event.last_timestamp or event.event_time or event.first_timestamp
     if stamp is None:
         return None
     return stamp if stamp.tzinfo else stamp.replace(tzinfo=UTC)

@@ -120,6 +120,19 @@ class Kube:
             jobs += self.batch.list_namespaced_job(namespace, label_selector=label_selector).items
         return jobs
 
+    def secret_labels(self, namespace: str, name: str) -> dict[str, str] | None:
+        """A Secret's labels ({} when it has none), or None when it does not exist."""
+        secret: Any = read_or_none(self.core.read_namespaced_secret, name, namespace)
+        return None if secret is None else dict(secret.metadata.labels or {})
+
+    def list_pods(self, namespace: str, selector: dict[str, str]) -> list[Any]:
+        label_selector = ",".join(f"{k}={v}" for k, v in selector.items())
+        return list(self.core.list_namespaced_pod(namespace, label_selector=label_selector).items)
+
+    def failed_create_events(self, namespace: str) -> list[Any]:
+        """The namespace's FailedCreate events: controllers that could not create a pod, and why."""
+        return list(self.core.list_namespaced_event(namespace, field_selector="reason=FailedCreate").items)
+
     def list_pod_names(self, namespace: str, selector: dict[str, str]) -> set[str]:
         label_selector = ",".join(f"{k}={v}" for k, v in selector.items())
         pods = self.core.list_namespaced_pod(namespace, label_selector=label_selector).items

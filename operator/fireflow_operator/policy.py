@@ -12,14 +12,12 @@ from dataclasses import dataclass
 
 from psycopg.conninfo import conninfo_to_dict
 
+from fireflow_operator import conditions
 from fireflow_operator.dsn import libpq_dsn
 from fireflow_operator.model import PoolSpec
 
 SHARED_SECRET_LABEL = "fireflow.persistent.ai/usable-by-pools"
 DEFAULT_SERVICE_ACCOUNT = "default"
-REASON_SECRET_NOT_SHARED = "SecretNotShared"
-REASON_SERVICE_ACCOUNT = "ServiceAccountNotAllowed"
-REASON_INVALID_URL = "InvalidDatabaseURL"
 
 
 @dataclass(frozen=True)
@@ -43,7 +41,7 @@ def unshared_secret(namespace: str, labels_by_secret: dict[str, dict[str, str] |
     for name, labels in labels_by_secret.items():
         if labels is not None and (labels or {}).get(SHARED_SECRET_LABEL) != "true":
             return Refusal(
-                REASON_SECRET_NOT_SHARED,
+                conditions.REASON_SECRET_NOT_SHARED,
                 f"Secret {name!r} is not shared with pools: whoever may write Secrets in namespace {namespace} "
                 f"shares it with: kubectl -n {namespace} label secret {name} {SHARED_SECRET_LABEL}=true",
             )
@@ -56,7 +54,7 @@ def service_account_refusal(spec: PoolSpec, allowed: list[str]) -> Refusal | Non
         return None
     others = ", ".join(repr(a) for a in allowed) if allowed else "none but the namespace's default"
     return Refusal(
-        REASON_SERVICE_ACCOUNT,
+        conditions.REASON_SERVICE_ACCOUNT_NOT_ALLOWED,
         f"spec.serviceAccountName {account!r} is not allowed: this operator lets pools run as {others} "
         f"(the Helm value security.allowedServiceAccounts)",
     )
@@ -68,13 +66,18 @@ def url_refusal(url: str, secret: str, key: str) -> Refusal | None:
     try:
         params = conninfo_to_dict(libpq_dsn(url))
     except Exception:  # libpq's message quotes the string: it must not reach a status
-        return Refusal(REASON_INVALID_URL, f"{where} is not a PostgreSQL URL or key=value connection string")
+        return Refusal(
+            conditions.REASON_INVALID_DATABASE_URL, f"{where} is not a PostgreSQL URL or key=value connection string"
+        )
     if not url.strip().startswith(("postgres://", "postgresql://", "postgresql+")):
-        return Refusal(REASON_INVALID_URL, f"{where} must be a postgresql:// URL (DBOS takes no key=value strings)")
+        return Refusal(
+            conditions.REASON_INVALID_DATABASE_URL,
+            f"{where} must be a postgresql:// URL (DBOS takes no key=value strings)",
+        )
     hosts = str(params.get("host") or "").split(",")
     if len(hosts) > 1:
         return Refusal(
-            REASON_INVALID_URL,
+            conditions.REASON_INVALID_DATABASE_URL,
             f"{where} names {len(hosts)} hosts: the executions database needs exactly one (the primary; "
             f"put a proxy or a DNS name in front of a failover pair)",
         )

@@ -9,10 +9,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from fireflow_operator import conditions
 from fireflow_operator.model import QUEUES, PoolSpec
 from fireflow_operator.policy import Refusal
 
-REASON_QUEUE_SETTINGS = "QueueSettingsConflict"
 EXECUTIONS, BACKGROUND, SANDBOX, TERMINAL = QUEUES
 
 
@@ -22,7 +22,10 @@ def queue_settings(spec: PoolSpec) -> dict[str, dict[str, int]]:
     polling = {"pollingIntervalMs": dbos.polling_interval_ms}
     every = {
         EXECUTIONS: {"workerConcurrency": dbos.worker_concurrency, "queueConcurrency": dbos.queue_concurrency},
-        BACKGROUND: {"workerConcurrency": max(1, dbos.worker_concurrency // 2), "queueConcurrency": dbos.queue_concurrency},
+        BACKGROUND: {
+            "workerConcurrency": max(1, dbos.worker_concurrency // 2),
+            "queueConcurrency": dbos.queue_concurrency,
+        },
         SANDBOX: {"sandboxQueueConcurrency": dbos.sandbox_queue_concurrency},
         TERMINAL: {"terminalQueueConcurrency": dbos.terminal_queue_concurrency},
     }
@@ -49,7 +52,7 @@ def conflict(pool: PoolOnDatabase, others: list[PoolOnDatabase]) -> Refusal | No
             for setting, value in mine[queue].items():
                 if theirs[queue].get(setting) != value:
                     return Refusal(
-                        REASON_QUEUE_SETTINGS,
+                        conditions.REASON_QUEUE_SETTINGS_CONFLICT,
                         f"pool {other.namespace}/{other.name} on this database sets {setting} "
                         f"{theirs[queue][setting]} for {queue}, this pool {value}: DBOS keeps one setting per queue "
                         f"and database, so one of them would silently not apply. Use the same spec.dbos settings "

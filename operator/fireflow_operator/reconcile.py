@@ -8,28 +8,31 @@ may take, which apply Job may run on a database) are taken under a lock.
 
 from __future__ import annotations
 
-import threading
+import json
 import time
-from collections import defaultdict
+from datetime import UTC, datetime
 from typing import Any
 
 from kubernetes.client.exceptions import ApiException
 from pydantic import ValidationError
 
-from fireflow_operator import conditions, connection, jobs, migration, names, observe, recovery
+from fireflow_operator import (
+    conditions,
+    connection,
+    health,
+    migration,
+    names,
+    observe,
+    policy,
+    queue_settings,
+    recovery,
+)
 from fireflow_operator.budget import (
-    Budget,
     DatabaseFacts,
-    PoolNeed,
-    Usage,
-    compute_budget,
-    pool_need,
-    same_decision,
 )
 from fireflow_operator.builders import (
     Pool,
     build_headless_service,
-    build_migration_job,
     build_pdb,
     build_statefulset,
     wants_pdb,
@@ -40,23 +43,43 @@ from fireflow_operator.dbprobe import (
     pool_connection_prefix,
     probe_database,
 )
+from fireflow_operator.gate import MigrationGate
 from fireflow_operator.kube import Kube, read_or_none
-from fireflow_operator.model import parse_spec
-from fireflow_operator.scaling import ReplicaPlan, plan_replicas
+from fireflow_operator.model import PoolSpec, parse_spec
+from fireflow_operator.queue_settings import PoolOnDatabase
+from fireflow_operator.scaling import ReplicaPlan
 from fireflow_operator.settings import OperatorSettings
+from fireflow_operator.sizing import BudgetKeeper
 from fireflow_operator.status import Outcome, StatusDraft, first_error
 from fireflow_operator.summary import summarize
-from fireflow_operator.usage import UsageHistory
+
+
+def _on_database(body: dict[str, Any], spec: PoolSpec) -> PoolOnDatabase:
+    meta = body["metadata"]
+    return PoolOnDatabase(meta["namespace"], meta["name"], str(meta.get("creationTimestamp", "")), spec)
+
+
+def _api_message(err: ApiException) -> str:
+    try:
+        return str(json.loads(err.body or "{}").get("message") or err.reason)[:1000]
+    except (ValueError, AttributeError):
+        return str(err.reason)
+
+
+def _refused_kind(err: ApiException) -> str:
+    try:
+        details = json.loads(err.body or "{}").get("details") or {}
+    except (ValueError, AttributeError):
+        details = {}
+    return str(details.get("kind") or "child object")
 
 
 class Reconciler:
     def __init__(self, kube: Kube, settings: OperatorSettings) -> None:
         self.kube = kube
         self.settings = settings
-        self.usage = UsageHistory(settings.budget_window_seconds)
-        self._needs: dict[tuple[str, str], PoolNeed] = {}  # what each pool was last allowed, before its status
-        self._budget_lock = threading.Lock()
-        self._database_locks: defaultdict[str, threading.Lock] = defaultdict(threading.Lock)
+        self.budgets = BudgetKeeper(settings.budget_window_seconds)
+        self.gate = MigrationGate(kube, settings)
 
     def reconcile(self, body: dict[str, Any]) -> Outcome:
         draft = StatusDraft.start(body)
@@ -73,12 +96,23 @@ class Reconciler:
             return
         pool = Pool(name=draft.name, namespace=draft.namespace, uid=body["metadata"]["uid"], spec=spec)
         draft.new["targetImage"] = spec.image
+        refusal = policy.service_account_refusal(spec, self.settings.allowed_service_accounts)
+        if refusal is None and self.settings.require_shared_secrets:
+            labels = {name: self.kube.secret_labels(pool.namespace, name) for name in policy.secrets_used(spec)}
+            refusal = policy.unshared_secret(pool.namespace, labels)
+        if refusal is not None:
+            draft.blocked(refusal.reason, refusal.message)
+            return
         source = connection.resolve(self.kube, pool)
         draft.url = source.url
+        ref = spec.database.secret_ref
         if source.url is None or source.from_copy:
-            ref = spec.database.secret_ref
             message = f"Secret {ref.name!r} with key {ref.key!r} not found in namespace {pool.namespace}"
             draft.blocked(conditions.REASON_SECRET_MISSING, message)
+            return
+        refusal = policy.url_refusal(source.url, ref.name, ref.key)
+        if refusal is not None:
+            draft.blocked(refusal.reason, refusal.message)
             return
         pools = self.kube.list_pools(self.settings.namespaces)
         try:
@@ -107,152 +141,38 @@ class Reconciler:
             )
             draft.blocked(conditions.REASON_APPLICATION_CONFLICT, message)
             return
-        self._reconcile_children(pool, facts, pools, draft)
+        refusal = queue_settings.conflict(_on_database(body, spec), self._pools_on(facts, pools, pool))
+        if refusal is not None:
+            draft.blocked(refusal.reason, refusal.message)
+            return
+        try:
+            self._reconcile_children(pool, facts, pools, draft)
+        except ApiException as err:
+            if err.status not in (400, 422):
+                raise
+            # The API server refused a child built from the spec: say why, and wait for the spec to change.
+            message = f"the API server refused the pool's {_refused_kind(err)}: {_api_message(err)}"
+            draft.blocked(conditions.REASON_INVALID_SPEC, message)
+
+    def _pools_on(self, facts: DatabaseFacts, pools: list[dict[str, Any]], pool: Pool) -> list[PoolOnDatabase]:
+        """The other pools whose status says they use the same database (valid specs only)."""
+        same = []
+        for other in pools:
+            meta, budget = other["metadata"], (other.get("status") or {}).get("connectionBudget") or {}
+            if (meta["namespace"], meta["name"]) == (pool.namespace, pool.name):
+                continue
+            if (budget.get("server"), budget.get("database")) != (facts.server, facts.database):
+                continue
+            try:
+                same.append(_on_database(other, parse_spec(other.get("spec") or {})))
+            except ValidationError:
+                continue
+        return same
 
     def _database_problem(self, draft: StatusDraft, reason: str, message: str) -> None:
         draft.cond(conditions.CONNECTION_BUDGET, None, reason, message)
         draft.blocked(reason, message)
         draft.outcome.requeue_seconds = self.settings.resync_seconds
-
-    def _gate(
-        self, pool: Pool, facts: DatabaseFacts, draft: StatusDraft, sts: Any, live_pods: set[str]
-    ) -> migration.MigrationStep:
-        """Advance the migration gate one step, create the Job it asks for, and clean up finished Jobs."""
-        spec, namespace = pool.spec, pool.namespace
-        target = names.target_hash(spec.image, spec.dbos.application_version)
-        persisted = dict(draft.old.get("migration") or {})
-        saved = dict(draft.new.get("migration") or {})
-        round_names = jobs.round_job_names(pool.name, saved)
-        database_label = names.database_label(facts.database_key)
-        # Check-then-create of an apply Job is one step per database in this process.
-        with self._database_locks[database_label]:
-            listed = observe.pool_jobs(self.kube, namespace, pool.name)
-            records = [observe.as_migration_job(job) for job in listed.values()]
-            step = migration.next_step(
-                migration.MigrationInput(
-                    target=target,
-                    current_target=draft.new.get("currentTarget") if sts is not None else None,
-                    migration=saved,
-                    plan_job=observe.observation(self.kube, namespace, listed.get(round_names["plan"])),
-                    apply_job=observe.observation(self.kube, namespace, listed.get(round_names["apply"])),
-                    stale_apply_running=jobs.stale_apply(records, round_names["apply"]),
-                    database_apply_running=observe.database_apply_running(
-                        self.kube, self.settings.namespaces, database_label, namespace, pool.name
-                    ),
-                    schema_version=facts.schema_version,
-                    pods_left=len(live_pods),
-                    now=time.time(),
-                    spec_key=names.migration_spec_key(target, spec.migration.model_dump(mode="json")),
-                    max_attempts=spec.migration.max_attempts,
-                    retry_base_seconds=self.settings.migration_retry_seconds,
-                )
-            )
-            if step.create_job is not None:
-                job = build_migration_job(
-                    pool,
-                    mode=step.create_job,
-                    image=spec.image,
-                    target=target,
-                    round_=migration.job_round(step.migration),
-                    database_label=database_label,
-                )
-                self.kube.create(self.kube.batch.create_namespaced_job, namespace, job)
-        for name in jobs.jobs_to_delete(records, pool.name, persisted):
-            self.kube.delete_job(namespace, name)
-        for reason, message in step.events:
-            draft.event("Warning" if step.failure else "Normal", reason, message)
-        if step.roll_out:
-            draft.new.update(
-                currentTarget=target, currentImage=spec.image, currentApplicationVersion=spec.dbos.application_version
-            )
-        if step.schema_version is not None:
-            draft.new["schemaVersion"] = step.schema_version
-        return step
-
-    def _other_needs(self, pool: Pool, pools: list[dict[str, Any]]) -> list[PoolNeed]:
-        """What every other known pool may hold: its status, or what this process allowed it since."""
-        needs = []
-        for other in pools:
-            key = (other["metadata"]["namespace"], other["metadata"]["name"])
-            if key == (pool.namespace, pool.name):
-                continue
-            need = self._needs.get(key) or pool_need(other.get("status") or {})
-            if need is not None:
-                needs.append(need)
-        live = {(p["metadata"]["namespace"], p["metadata"]["name"]) for p in pools}
-        for gone in set(self._needs) - live:
-            del self._needs[gone]
-        return needs
-
-    def _scale(
-        self,
-        pool: Pool,
-        facts: DatabaseFacts,
-        pools: list[dict[str, Any]],
-        draft: StatusDraft,
-        sts: Any,
-        step: migration.MigrationStep,
-    ) -> tuple[ReplicaPlan, str | None]:
-        """Replicas: desired by the spec (or its autoscaler), clamped by the budget, zero while gated; and
-        why the pool is held below what it asks for, when it is."""
-        spec = pool.spec
-        usage = self.usage.record(f"{facts.database_key}/{facts.role}", facts.others, time.monotonic())
-        saved = (draft.new.get("migration") or {}).get("replicasBefore")
-        current = sts.spec.replicas if sts is not None else None
-        needs_of_others: list[PoolNeed] = []
-
-        def budget(others: Usage) -> Budget:
-            return compute_budget(
-                facts,
-                per_replica=spec.dbos.system_database_pool_size + 1,
-                headroom=spec.database.reserved_connections,
-                other_pools=needs_of_others,
-                others=others,
-            )
-
-        with self._budget_lock:
-            needs_of_others += self._other_needs(pool, pools)
-            grow = budget(usage.high)
-            keep = budget(usage.low) if usage.full_window else None
-            plan = plan_replicas(
-                spec_replicas=spec.replicas,
-                current=current,
-                saved=saved,
-                max_replicas=grow.max_replicas,
-                max_kept=keep.max_replicas if keep is not None else (current or 0),
-                hold_at_zero=step.hold_at_zero,
-            )
-            used = keep if keep is not None and plan.allowed > min(plan.desired, grow.max_replicas) else grow
-            self._needs[(pool.namespace, pool.name)] = PoolNeed(
-                facts.server, facts.database, facts.role, used.needs(plan.allowed)
-            )
-        if step.hold_at_zero:
-            step.migration.setdefault("replicasBefore", plan.desired)
-        else:
-            step.migration.pop("replicasBefore", None)
-        draft.new["migration"] = step.migration
-        draft.new["desiredReplicas"] = 0 if step.hold_at_zero else plan.allowed
-        new_budget, old_budget = used.as_status(plan.desired, plan.allowed), draft.old.get("connectionBudget") or {}
-        unchanged = same_decision(old_budget, new_budget)  # then usage moved, and nothing was decided differently
-        draft.new["connectionBudget"] = old_budget if unchanged else new_budget
-        draft.outcome.allowed_replicas = plan.allowed
-        over_budget = None
-        if plan.allowed < plan.desired:
-            was = conditions.condition(list(draft.new.get("conditions") or []), conditions.CONNECTION_BUDGET) or {}
-            same = unchanged and was.get("status") == "False"
-            message = over_budget = str(was["message"]) if same else used.explain(plan.desired)
-            if not same:
-                draft.event("Warning", conditions.REASON_OVER_BUDGET, message)
-            draft.cond(conditions.CONNECTION_BUDGET, False, conditions.REASON_OVER_BUDGET, message)
-        else:
-            needs = f"{used.needs(plan.allowed)} of {facts.max_connections} connections"
-            draft.cond(
-                conditions.CONNECTION_BUDGET,
-                True,
-                conditions.REASON_WITHIN_BUDGET,
-                f"{plan.allowed} replicas need {needs}",
-            )
-        return plan, over_budget
 
     def _apply_children(self, pool: Pool, draft: StatusDraft, sts: Any, plan: ReplicaPlan, rolling: bool) -> None:
         """The StatefulSet runs the rolled-out target (a new one only once the gate let it through), and a PDB."""
@@ -271,6 +191,23 @@ class Reconciler:
                 draft.outcome.requeue_seconds = 1.0  # someone else wrote it meanwhile: look again soon
         pdb = build_pdb(pool) if wants_pdb(pool, plan.allowed) else None
         self.kube.ensure_pdb(pool.namespace, names.pdb_name(pool.name), pdb)
+
+    def _pod_problem(self, pool: Pool, sts: Any) -> health.PodProblem | None:
+        """Why the pool's pods (workers and migration Jobs) cannot run, if they cannot."""
+        pods = self.kube.list_pods(pool.namespace, {names.LABEL_POOL: pool.name, names.LABEL_MANAGED_BY: names.MANAGER})
+        problem = health.first_pod_problem(pods)
+        if problem is not None:
+            return problem
+        missing: dict[str, bool] = {}
+        if sts is not None and sts.status is not None:
+            missing[f"StatefulSet/{sts.metadata.name}"] = int(sts.status.replicas or 0) < int(sts.spec.replicas or 0)
+        for job in observe.pool_jobs(self.kube, pool.namespace, pool.name).values():
+            if observe.job_state(job) == "running" and not (job.status.active or 0):
+                missing[f"Job/{job.metadata.name}"] = True
+        if not any(missing.values()):
+            return None
+        events = self.kube.failed_create_events(pool.namespace)
+        return health.creation_problem(events, missing, datetime.now(UTC))
 
     def _recover(self, pool: Pool, draft: StatusDraft, replicas: int, live_pods: set[str]) -> None:
         """No stranded runs: hand back the PENDING runs of departed pods that will not return."""
@@ -301,8 +238,8 @@ class Reconciler:
         self.kube.create(self.kube.core.create_namespaced_service, namespace, build_headless_service(pool))
         sts = read_or_none(self.kube.apps.read_namespaced_stateful_set, names.statefulset_name(name), namespace)
         live_pods = self.kube.list_pod_names(namespace, names.selector_labels(name))
-        step = self._gate(pool, facts, draft, sts, live_pods)
-        plan, over_budget = self._scale(pool, facts, pools, draft, sts, step)
+        step = self.gate.step(pool, facts, draft, sts, live_pods)
+        plan, over_budget = self.budgets.plan(pool, facts, pools, draft, sts, step)
         self._apply_children(pool, draft, sts, plan, step.roll_out)
         # Only in steady state: the pods of a pool held at zero come back under their own ids.
         if step.migration.get("phase") == migration.DONE and not step.hold_at_zero and sts is not None:
@@ -310,6 +247,7 @@ class Reconciler:
 
         sts_now = read_or_none(self.kube.apps.read_namespaced_stateful_set, names.statefulset_name(name), namespace)
         sts_status = sts_now.status if sts_now is not None else None
+        problem = self._pod_problem(pool, sts_now)
         draft.new["replicas"] = int(sts_status.replicas or 0) if sts_status is not None else 0
         draft.new["readyReplicas"] = int(sts_status.ready_replicas or 0) if sts_status is not None else 0
         summary = summarize(
@@ -320,6 +258,7 @@ class Reconciler:
             ready=draft.new["readyReplicas"],
             updated=int(sts_status.updated_replicas or 0) if sts_status is not None else 0,
             over_budget=None if step.hold_at_zero else over_budget,
+            pod_problem=(problem.reason, problem.message) if problem is not None else None,
         )
         for kind, ok, reason, message in summary.conditions:
             draft.cond(kind, ok, reason, message)

@@ -40,6 +40,14 @@ class OperatorSettings(BaseModel):
     migration_retry_seconds: float = Field(30, ge=1, le=3_600, alias="FIREFLOW_OPERATOR_MIGRATION_RETRY_SECONDS")
     # Others' connection usage is smoothed over this window: a burst shorter than it never removes a worker.
     budget_window_seconds: float = Field(60, ge=0, le=3_600, alias="FIREFLOW_OPERATOR_BUDGET_WINDOW_SECONDS")
+    # Service accounts a pool may name in spec.serviceAccountName besides the namespace's "default"; a pool
+    # author must not get another workload's identity through the operator.
+    allowed_service_accounts: Annotated[list[str], BeforeValidator(_split)] = Field(
+        default_factory=list, alias="FIREFLOW_OPERATOR_ALLOWED_SERVICE_ACCOUNTS"
+    )
+    # Use only Secrets labelled fireflow.persistent.ai/usable-by-pools=true (the database URL's and those
+    # spec.env reads): a pool author must not get a Secret they may not read through the operator.
+    require_shared_secrets: bool = Field(True, alias="FIREFLOW_OPERATOR_REQUIRE_SHARED_SECRETS")
     log_level: Literal["DEBUG", "INFO", "WARNING", "ERROR"] = Field("INFO", alias="FIREFLOW_OPERATOR_LOG_LEVEL")
 
 

@@ -38,8 +38,10 @@ def summarize(
     ready: int,
     updated: int,
     over_budget: str | None = None,
+    pod_problem: tuple[str, str] | None = None,
 ) -> Summary:
-    """`over_budget`: why the pool runs fewer workers than it asks for (the budget's explanation)."""
+    """`over_budget`: why the pool runs fewer workers than it asks for (the budget's explanation);
+    `pod_problem`: (reason, message) of a pod that cannot run, in the pod's own words."""
     phase_name = str(step.migration.get("phase"))
     conds: list[tuple[str, bool | None, str, str]] = []
     if step.failure:
@@ -50,7 +52,9 @@ def summarize(
     else:
         reason = _IN_FLIGHT_REASONS[phase_name]
         conds.append((c.SCHEMA_READY, False, reason, str(step.migration.get("message") or reason)))
-    if over_budget and not step.failure:
+    if pod_problem and not step.failure:
+        conds.append((c.DEGRADED_CONDITION, True, *pod_problem))
+    elif over_budget and not step.failure:
         conds.append((c.DEGRADED_CONDITION, True, c.REASON_OVER_BUDGET, over_budget))
     elif not step.failure:
         conds.append((c.DEGRADED_CONDITION, False, c.REASON_HEALTHY, "no problem found"))
@@ -74,6 +78,10 @@ def summarize(
         phase, phase_reason = (
             (c.PENDING, c.REASON_REPLICAS_NOT_READY) if phase_name == migration.DONE else (c.MIGRATING, phase_name)
         )
+    if pod_problem and not step.failure:
+        conds = [cond for cond in conds if cond[0] != c.READY]
+        conds.append((c.READY, False, *pod_problem))
+        phase, phase_reason = c.DEGRADED, pod_problem[0]
     if step.failure:
         phase, phase_reason = c.DEGRADED, _failure_reason(step)
     return Summary(phase, phase_reason, progressing, conds)

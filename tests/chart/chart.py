@@ -39,7 +39,7 @@ NAMESPACED_RULES: set[tuple[str, str, str]] = {
     *(("batch", "jobs", v) for v in ("get", "list", "watch", "create", "delete")),
     *(("", "pods", v) for v in ("get", "list", "watch")),
     *(("", "secrets", v) for v in ("get", "create", "patch", "delete")),
-    *(("", "events", v) for v in ("create", "patch")),
+    *(("", "events", v) for v in ("create", "patch", "list")),
     *(("events.k8s.io", "events", v) for v in ("create", "patch")),
 }
 # Cluster-wide mode only: kopf watches CRDs to notice its resources appear, change or go away.

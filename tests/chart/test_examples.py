@@ -67,7 +67,7 @@ def test_should_shape_the_production_pool_for_disruptions_spread_and_resources()
     spec = parse_spec(pool["spec"])
     assert spec.replicas is None, "the ScaledObject owns the replica count"
     assert spec.pod_disruption_budget.enabled and spec.pod_disruption_budget.max_unavailable == 1
-    assert spec.resources and spec.resources["requests"] and spec.resources["limits"]["memory"]
+    assert spec.resources and spec.resources.requests and spec.resources.limits and spec.resources.limits["memory"]
     spread = spec.topology_spread_constraints or []
     assert {c["topologyKey"] for c in spread} == {"topology.kubernetes.io/zone", "kubernetes.io/hostname"}
     for constraint in spread:

@@ -80,8 +80,12 @@ def pool_database(database_url: str) -> str:
     return database_url
 
 
-def create_secret(api: ApiClient, namespace: str, url: str, name: str = "fireflow-db") -> None:
-    body: Any = {"metadata": {"name": name}, "data": {"url": base64.b64encode(url.encode()).decode()}}
+SHARED = {"fireflow.persistent.ai/usable-by-pools": "true"}
+
+
+def create_secret(api: ApiClient, namespace: str, url: str, name: str = "fireflow-db", *, shared: bool = True) -> None:
+    metadata = {"name": name, "labels": SHARED if shared else {}}
+    body: Any = {"metadata": metadata, "data": {"url": base64.b64encode(url.encode()).decode()}}
     CoreV1Api(api).create_namespaced_secret(namespace, body)
 
 

@@ -130,10 +130,11 @@ reconcile.py, kube.py, handlers.py) and what kopf does for it. The same list goe
 - apiGroups: [""]
   resources: ["secrets"]
   verbs: ["get", "create", "patch", "delete"]
-# Events on pools (kopf posts core/v1 Events).
+# Events on pools (kopf posts core/v1 Events); FailedCreate events of the pool's StatefulSet and Jobs are
+# read to say why their pods do not exist.
 - apiGroups: [""]
   resources: ["events"]
-  verbs: ["create", "patch"]
+  verbs: ["create", "patch", "list"]
 - apiGroups: ["events.k8s.io"]
   resources: ["events"]
   verbs: ["create", "patch"]

@@ -1,0 +1,120 @@
+"""How many workers a pool may run: its budget against every other pool and client, decided one pool at a
+time per operator process, so two pools never both take the same free connections (I/O-free, stateful).
+
+The state is what this process allowed each pool since it started (a pool's status may lag behind) and the
+window of others' usage (usage.py). Both start empty after a restart: statuses are read instead, and
+nothing is shrunk for usage until a window was observed.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from typing import Any
+
+from fireflow_operator import conditions, migration
+from fireflow_operator.budget import (
+    Budget,
+    DatabaseFacts,
+    PoolNeed,
+    Usage,
+    compute_budget,
+    pool_need,
+    same_decision,
+)
+from fireflow_operator.builders import Pool
+from fireflow_operator.scaling import ReplicaPlan, plan_replicas
+from fireflow_operator.status import StatusDraft
+from fireflow_operator.usage import UsageHistory
+
+
+class BudgetKeeper:
+    def __init__(self, window_seconds: float) -> None:
+        self.usage = UsageHistory(window_seconds)
+        self._needs: dict[tuple[str, str], PoolNeed] = {}  # what each pool was last allowed, before its status
+        self._lock = threading.Lock()
+
+    def _other_needs(self, pool: Pool, pools: list[dict[str, Any]]) -> list[PoolNeed]:
+        """What every other known pool may hold: its status, or what this process allowed it since."""
+        needs = []
+        for other in pools:
+            key = (other["metadata"]["namespace"], other["metadata"]["name"])
+            if key == (pool.namespace, pool.name):
+                continue
+            need = self._needs.get(key) or pool_need(other.get("status") or {})
+            if need is not None:
+                needs.append(need)
+        live = {(p["metadata"]["namespace"], p["metadata"]["name"]) for p in pools}
+        for gone in set(self._needs) - live:
+            del self._needs[gone]
+        return needs
+
+    def plan(
+        self,
+        pool: Pool,
+        facts: DatabaseFacts,
+        pools: list[dict[str, Any]],
+        draft: StatusDraft,
+        sts: Any,
+        step: migration.MigrationStep,
+    ) -> tuple[ReplicaPlan, str | None]:
+        """Replicas: desired by the spec (or its autoscaler), clamped by the budget, zero while gated; and
+        why the pool is held below what it asks for, when it is."""
+        spec = pool.spec
+        usage = self.usage.record(f"{facts.database_key}/{facts.role}", facts.others, time.monotonic())
+        saved = (draft.new.get("migration") or {}).get("replicasBefore")
+        current = sts.spec.replicas if sts is not None else None
+        needs_of_others: list[PoolNeed] = []
+
+        def budget(others: Usage) -> Budget:
+            return compute_budget(
+                facts,
+                per_replica=spec.dbos.system_database_pool_size + 1,
+                headroom=spec.database.reserved_connections,
+                other_pools=needs_of_others,
+                others=others,
+            )
+
+        with self._lock:
+            needs_of_others += self._other_needs(pool, pools)
+            grow = budget(usage.high)
+            keep = budget(usage.low) if usage.full_window else None
+            plan = plan_replicas(
+                spec_replicas=spec.replicas,
+                current=current,
+                saved=saved,
+                max_replicas=grow.max_replicas,
+                max_kept=keep.max_replicas if keep is not None else (current or 0),
+                hold_at_zero=step.hold_at_zero,
+            )
+            used = keep if keep is not None and plan.allowed > min(plan.desired, grow.max_replicas) else grow
+            self._needs[(pool.namespace, pool.name)] = PoolNeed(
+                facts.server, facts.database, facts.role, used.needs(plan.allowed)
+            )
+        if step.hold_at_zero:
+            step.migration.setdefault("replicasBefore", plan.desired)
+        else:
+            step.migration.pop("replicasBefore", None)
+        draft.new["migration"] = step.migration
+        draft.new["desiredReplicas"] = 0 if step.hold_at_zero else plan.allowed
+        new_budget, old_budget = used.as_status(plan.desired, plan.allowed), draft.old.get("connectionBudget") or {}
+        unchanged = same_decision(old_budget, new_budget)  # then usage moved, and nothing was decided differently
+        draft.new["connectionBudget"] = old_budget if unchanged else new_budget
+        draft.outcome.allowed_replicas = plan.allowed
+        over_budget = None
+        if plan.allowed < plan.desired:
+            was = conditions.condition(list(draft.new.get("conditions") or []), conditions.CONNECTION_BUDGET) or {}
+            same = unchanged and was.get("status") == "False"
+            message = over_budget = str(was["message"]) if same else used.explain(plan.desired)
+            if not same:
+                draft.event("Warning", conditions.REASON_OVER_BUDGET, message)
+            draft.cond(conditions.CONNECTION_BUDGET, False, conditions.REASON_OVER_BUDGET, message)
+        else:
+            needs = f"{used.needs(plan.allowed)} of {facts.max_connections} connections"
+            draft.cond(
+                conditions.CONNECTION_BUDGET,
+                True,
+                conditions.REASON_WITHIN_BUDGET,
+                f"{plan.allowed} replicas need {needs}",
+            )
+        return plan, over_budget

@@ -1,0 +1,97 @@
+"""Health tells the truth: a pool whose pods cannot run says so, in the pods' own words, within seconds;
+pools that would silently share different queue settings on one database are refused."""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+from kubernetes.client import ApiClient, AppsV1Api
+
+from tests.operator.conftest import (
+    OperatorProcess,
+    condition,
+    create_pool,
+    create_secret,
+    patch_pool,
+    wait_for_condition,
+    wait_for_pool,
+)
+
+PROBLEM_WAIT = 60.0  # the kubelet's (or process node's) own back-off comes first
+
+
+def _degraded_by(reasons: tuple[str, ...]) -> Any:
+    return lambda p: condition(p, "Degraded").get("reason") in reasons
+
+
+def test_should_say_a_plan_job_cannot_pull_its_image(
+    kube_api: ApiClient, kube_namespace: str, operator: OperatorProcess, pool_database: str
+) -> None:
+    create_secret(kube_api, kube_namespace, pool_database)
+    started = time.monotonic()
+    create_pool(kube_api, kube_namespace, "pool", replicas=1, image="registry.invalid/nope:1")
+    pool = wait_for_pool(kube_api, kube_namespace, "pool", "the pull failure",
+                         _degraded_by(("ErrImagePull", "ImagePullBackOff")))  # fmt: skip
+    assert time.monotonic() - started < PROBLEM_WAIT
+    message = condition(pool, "Degraded")["message"]
+    assert message.startswith("pod pool-plan-") and "container migrate: " in message
+    assert condition(pool, "Ready")["status"] == "False" and pool["status"]["phase"] == "Degraded"
+
+
+def test_should_say_workers_crash_loop_and_why(
+    kube_api: ApiClient, kube_namespace: str, operator: OperatorProcess, pool_database: str
+) -> None:
+    create_secret(kube_api, kube_namespace, pool_database)
+    create_pool(kube_api, kube_namespace, "pool", replicas=1)
+    wait_for_condition(kube_api, kube_namespace, "pool", "Ready")
+    patch_pool(kube_api, kube_namespace, "pool", {"env": [{"name": "PYTHONHOME", "value": "/nonexistent"}]})
+    pool = wait_for_pool(kube_api, kube_namespace, "pool", "the crash loop", _degraded_by(("CrashLoopBackOff",)))
+    message = condition(pool, "Degraded")["message"]
+    assert message.startswith("pod pool-0 container worker: ") and "last exit code 1" in message
+    assert condition(pool, "Ready") == {**condition(pool, "Ready"), "status": "False", "reason": "CrashLoopBackOff"}
+
+
+def test_should_say_a_container_cannot_be_configured(
+    kube_api: ApiClient, kube_namespace: str, operator: OperatorProcess, pool_database: str
+) -> None:
+    create_secret(kube_api, kube_namespace, pool_database)
+    missing = {"name": "TOKEN", "valueFrom": {"secretKeyRef": {"name": "no-such-secret", "key": "t"}}}
+    create_pool(kube_api, kube_namespace, "pool", replicas=1, env=[missing])
+    pool = wait_for_pool(kube_api, kube_namespace, "pool", "the config error",
+                         _degraded_by(("CreateContainerConfigError",)))  # fmt: skip
+    assert 'secret "no-such-secret" not found' in condition(pool, "Degraded")["message"]
+
+
+def test_should_say_the_statefulset_cannot_create_pods(
+    kube_api: ApiClient, kube_namespace: str, kube_cluster: Any, pool_database: str
+) -> None:
+    operator = OperatorProcess(kube_cluster, FIREFLOW_OPERATOR_ALLOWED_SERVICE_ACCOUNTS="ghost").start()
+    try:
+        create_secret(kube_api, kube_namespace, pool_database)
+        create_pool(kube_api, kube_namespace, "pool", replicas=1, serviceAccountName="ghost")
+        pool = wait_for_pool(kube_api, kube_namespace, "pool", "FailedCreate", _degraded_by(("FailedCreate",)))
+        message = condition(pool, "Degraded")["message"]
+        assert message.startswith("Job pool-plan-") or message.startswith("StatefulSet pool: ")
+        assert 'serviceaccount "ghost" not found' in message
+    finally:
+        operator.stop()
+
+
+def test_should_refuse_a_pool_whose_queue_settings_differ_from_an_older_pool_on_the_database(
+    kube_api: ApiClient, kube_namespace: str, operator: OperatorProcess, pool_database: str
+) -> None:
+    create_secret(kube_api, kube_namespace, pool_database)
+    dbos: dict[str, Any] = {"workerConcurrency": 2, "shutdownDrainTimeoutMs": 3000}
+    create_pool(kube_api, kube_namespace, "first", replicas=1, dbos=dbos)
+    wait_for_condition(kube_api, kube_namespace, "first", "Ready")
+    create_pool(kube_api, kube_namespace, "second", replicas=1, dbos={**dbos, "workerConcurrency": 40})
+    pool = wait_for_pool(kube_api, kube_namespace, "second", "the conflict", _degraded_by(("QueueSettingsConflict",)))
+    assert condition(pool, "Degraded")["message"] == (
+        f"pool {kube_namespace}/first on this database sets workerConcurrency 2 for fireflow-executions, this pool "
+        "40: DBOS keeps one setting per queue and database, so one of them would silently not apply. Use the same "
+        "spec.dbos settings for the queues both serve, or another database. Nothing was rolled out."
+    )
+    assert [s.metadata.name for s in AppsV1Api(kube_api).list_namespaced_stateful_set(kube_namespace).items] == [
+        "first"
+    ]

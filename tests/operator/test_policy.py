@@ -1,0 +1,160 @@
+"""What a pool author may get (pure): restricted pods, shared Secrets only, allowed service accounts, URLs
+DBOS can use, one set of queue settings per database, and pod problems in the pods' own words."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+from types import SimpleNamespace as Obj
+from typing import Any
+
+import pytest
+from fireflow_operator import health, policy, queue_settings
+from fireflow_operator.builders import Pool, build_statefulset
+from fireflow_operator.model import parse_spec
+from pydantic import ValidationError
+
+BASE = {"image": "fireflow-worker:1", "database": {"secretRef": {"name": "db"}}}
+
+
+def _spec(**fields: Any) -> Any:
+    return parse_spec({**BASE, **fields})
+
+
+@pytest.mark.parametrize(
+    ("fields", "message"),
+    [
+        ({"securityContext": {"privileged": True}}, "privileged: true is not allowed"),
+        ({"securityContext": {"runAsUser": 0}}, "runAsUser: 0 is not allowed"),
+        ({"podSecurityContext": {"runAsUser": 0}}, "runAsUser: 0 is not allowed"),
+        ({"securityContext": {"runAsNonRoot": False}}, "runAsNonRoot: false is not allowed"),
+        ({"securityContext": {"allowPrivilegeEscalation": True}}, "allowPrivilegeEscalation: true is not allowed"),
+        ({"securityContext": {"capabilities": {"add": ["SYS_ADMIN"]}}}, "NET_BIND_SERVICE"),
+        ({"securityContext": {"seccompProfile": {"type": "Unconfined"}}}, "RuntimeDefault"),
+        ({"podSecurityContext": {"sysctls": [{"name": "kernel.x", "value": "1"}]}}, "Extra inputs are not permitted"),
+        ({"hostNetwork": True}, "Extra inputs are not permitted"),
+        ({"resources": {"limits": {"cpu": "lots"}}}, "'lots' is not a quantity"),
+        ({"tolerations": [{"key": "k", "operator": "Maybe"}]}, "'Exists' or 'Equal'"),
+        ({"tolerations": [{"key": "k", "operator": "Exists", "value": "v"}]}, "operator Exists takes no value"),
+        ({"nodeSelector": {"zone": "zürich"}}, "is not a label value"),
+        ({"nodeSelector": {"bad key!": "a"}}, "is not a valid label key"),
+        ({"env": [{"name": "BAD=NAME", "value": "x"}]}, "String should match pattern"),
+        ({"env": [{"name": "BIG", "value": "x" * 40_000}]}, "at most 32768 characters"),
+        ({"env": [{"name": "A", "value": "1", "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}}]},
+         "set value or valueFrom, not both"),
+        ({"env": [{"name": "A", "valueFrom": {}}]}, "exactly one of fieldRef"),
+        ({"env": [{"name": "DBOS_SYSTEM_DATABASE_POOL_SIZE", "value": "999"}]}, "may not set a variable"),
+        ({"serviceAccountName": "Not_A_Name"}, "String should match pattern"),
+        ({"imagePullSecrets": [{"name": "x", "extra": 1}]}, "Extra inputs are not permitted"),
+    ],
+)  # fmt: skip
+def test_should_refuse_what_would_not_build_or_not_be_restricted(fields: dict[str, Any], message: str) -> None:
+    with pytest.raises(ValidationError, match=message.replace("(", r"\(").replace(")", r"\)")):
+        _spec(**fields)
+
+
+def test_should_build_restricted_pods_without_a_token() -> None:
+    spec = _spec(securityContext={"runAsUser": 20000}, resources={"limits": {"cpu": "500m", "memory": 2**30}})
+    pod = build_statefulset(Pool("p", "ns", "u", spec), image="i", application_version="1", replicas=1)["spec"][
+        "template"
+    ]["spec"]
+    container = pod["containers"][0]
+    assert container["securityContext"]["runAsUser"] == 20000
+    assert container["securityContext"]["allowPrivilegeEscalation"] is False
+    assert container["securityContext"]["capabilities"] == {"drop": ["ALL"]}
+    assert container["resources"] == {"limits": {"cpu": "500m", "memory": 2**30}}
+    assert pod["automountServiceAccountToken"] is False
+    assert pod["securityContext"]["seccompProfile"] == {"type": "RuntimeDefault"}
+    assert "hostNetwork" not in pod and "volumes" in pod and all("hostPath" not in v for v in pod["volumes"])
+
+
+def test_should_use_only_secrets_their_owner_shared() -> None:
+    spec = _spec(env=[{"name": "TOKEN", "valueFrom": {"secretKeyRef": {"name": "api", "key": "t"}}}])
+    assert policy.secrets_used(spec) == ["db", "api"]
+    shared = {policy.SHARED_SECRET_LABEL: "true"}
+    assert policy.unshared_secret("team", {"db": shared, "api": shared}) is None
+    assert policy.unshared_secret("team", {"db": shared, "api": None}) is None  # missing: reported elsewhere
+    refusal = policy.unshared_secret("team", {"db": shared, "api": {}})
+    assert refusal is not None and refusal.reason == "SecretNotShared"
+    assert refusal.message == (
+        "Secret 'api' is not shared with pools: whoever may write Secrets in namespace team shares it with: "
+        "kubectl -n team label secret api fireflow.persistent.ai/usable-by-pools=true"
+    )
+
+
+def test_should_allow_only_the_service_accounts_the_installer_allowed() -> None:
+    assert policy.service_account_refusal(_spec(), []) is None
+    assert policy.service_account_refusal(_spec(serviceAccountName="default"), []) is None
+    assert policy.service_account_refusal(_spec(serviceAccountName="workers"), ["workers"]) is None
+    refusal = policy.service_account_refusal(_spec(serviceAccountName="deployer"), [])
+    assert refusal is not None and refusal.message == (
+        "spec.serviceAccountName 'deployer' is not allowed: this operator lets pools run as none but the "
+        "namespace's default (the Helm value security.allowedServiceAccounts)"
+    )
+
+
+@pytest.mark.parametrize(
+    ("url", "message"),
+    [
+        ("hunter2 is my password", "is not a PostgreSQL URL or key=value connection string"),
+        ("host=db password=hunter2 dbname=x", "must be a postgresql:// URL"),
+        ("postgresql://u:hunter2@a:5432,b:5432/db", "names 2 hosts"),
+        ("postgresql://u:hunter2@/db?host=a,b,c", "names 3 hosts"),
+    ],
+)
+def test_should_refuse_urls_dbos_cannot_use_without_echoing_them(url: str, message: str) -> None:
+    refusal = policy.url_refusal(url, "db", "url")
+    assert refusal is not None and message in refusal.message
+    assert "hunter2" not in refusal.message and refusal.message.startswith("Secret 'db' key 'url' ")
+    assert policy.url_refusal("postgres://u:p@db:5432/x?sslmode=require", "db", "url") is None
+
+
+def test_should_refuse_a_younger_pool_that_disagrees_on_a_shared_queue() -> None:
+    older = queue_settings.PoolOnDatabase("a", "pool-a", "2026-01-01T00:00:00Z", _spec(dbos={"workerConcurrency": 2}))
+    younger = queue_settings.PoolOnDatabase(
+        "b", "pool-b", "2026-02-01T00:00:00Z", _spec(dbos={"workerConcurrency": 40})
+    )
+    refusal = queue_settings.conflict(younger, [older])
+    assert refusal is not None and refusal.reason == "QueueSettingsConflict"
+    assert refusal.message.startswith(
+        "pool a/pool-a on this database sets workerConcurrency 2 for fireflow-executions, this pool 40: "
+    )
+    assert queue_settings.conflict(older, [younger]) is None  # the older pool's settings stand
+    sandbox_only = queue_settings.PoolOnDatabase("c", "c", "2026-03-01T00:00:00Z", _spec(queues=["fireflow-sandbox"]))
+    assert queue_settings.conflict(sandbox_only, [older]) is None  # no queue in common
+
+
+def _pod(name: str, waiting: tuple[str, str] | None = None, unschedulable: str | None = None) -> Any:
+    state = Obj(waiting=Obj(reason=waiting[0], message=waiting[1]) if waiting else None, terminated=None)
+    last = Obj(terminated=Obj(exit_code=2, message="error: invalid DBOS_LOG_LEVEL='loud'\n"))
+    status = Obj(name="worker", state=state, last_state=last)
+    scheduled = [Obj(type="PodScheduled", status="False", reason="Unschedulable", message=unschedulable)]
+    return Obj(
+        metadata=Obj(name=name, deletion_timestamp=None),
+        status=Obj(
+            init_container_statuses=None, container_statuses=[status], conditions=scheduled if unschedulable else []
+        ),
+    )
+
+
+def test_should_report_pod_problems_in_the_pods_own_words() -> None:
+    pulling = _pod("pool-1", ("ImagePullBackOff", 'Back-off pulling image "nope:1"'))
+    problem = health.first_pod_problem([_pod("pool-0"), pulling])
+    assert problem == health.PodProblem(
+        "ImagePullBackOff",
+        'pod pool-1 container worker: Back-off pulling image "nope:1"; last exit code 2: error: invalid '
+        "DBOS_LOG_LEVEL='loud'",
+    )
+    unplaced = _pod("pool-0", unschedulable="0/3 nodes are available: 3 Insufficient cpu.")
+    assert health.first_pod_problem([unplaced]) == health.PodProblem(
+        "Unschedulable", "pod pool-0: 0/3 nodes are available: 3 Insufficient cpu."
+    )
+    now = datetime(2026, 11, 30, 12, 0, tzinfo=UTC)
+    failed = Obj(reason="FailedCreate", message='pods "pool-0" is forbidden: error looking up service account ns/x',
+                 involved_object=Obj(kind="StatefulSet", name="pool"), last_timestamp=now - timedelta(seconds=5),
+                 event_time=None, first_timestamp=None)  # fmt: skip
+    stale = Obj(**{**failed.__dict__, "last_timestamp": now - timedelta(hours=1)})
+    assert health.creation_problem([failed], {"StatefulSet/pool": True}, now) == health.PodProblem(
+        "FailedCreate", 'StatefulSet pool: pods "pool-0" is forbidden: error looking up service account ns/x'
+    )
+    assert health.creation_problem([failed], {"StatefulSet/pool": False}, now) is None  # its pods exist now
+    assert health.creation_problem([stale], {"StatefulSet/pool": True}, now) is None
