@@ -132,7 +132,12 @@ def violations(changes: list[Change]) -> list[str]:
                     running_applies.add(change.name)
                 elif not active and change.name in running_applies:
                     running_applies.discard(change.name)
-            elif change.component == "migration-plan" and change.finished == "Complete":
+            elif (
+                change.component == "migration-plan"
+                and change.finished == "Complete"
+                and change.name not in seen_complete
+            ):
+                seen_complete.add(change.name)  # its later events (the deletion too) say nothing new
                 # A plan whose answer was not seen counts as "behind": the stricter reading.
                 needed = bool(job_summaries.get(change.name, {}).get("migration_needed", True))
                 latest_plan[change.image] = (change.rv, needed)

@@ -11,10 +11,14 @@ every run finished, and finally be deleted together with its Secret without stra
 
 from __future__ import annotations
 
+import dataclasses
+import json
 import os
 import random
+import tempfile
 import threading
 import time
+from pathlib import Path
 from typing import Any
 
 import psycopg
@@ -177,7 +181,10 @@ def test_should_keep_every_promise_through_a_random_sequence(
         wait_until(f"every run finished after {player.log}", lambda: not traffic.unfinished(), timeout=240)
         recorder.close()
         problems = violations(recorder.ordered())
-        assert problems == [], f"{problems} after {player.log}"
+        if problems:
+            record = Path(tempfile.mkstemp(prefix=f"sequence-{seed}-", suffix=".jsonl")[1])
+            record.write_text("".join(json.dumps(dataclasses.asdict(c)) + "\n" for c in recorder.ordered()))
+            raise AssertionError(f"{problems} after {player.log}; the recorded history is in {record}")
         batch = BatchV1Api(kube_api)
         wait_until(
             "finished Jobs cleaned up but the newest failed one",
