@@ -216,7 +216,7 @@ def wants_pdb(pool: Pool, replicas: int) -> bool:
 
 
 def build_migration_job(
-    pool: Pool, *, mode: str, image: str, target: str, round_: int, database_label: str
+    pool: Pool, *, mode: str, image: str, target: str, round_: int, database_label: str, online: bool = False
 ) -> dict[str, Any]:
     """A Job that plans (`mode="plan"`) or applies (`"apply"`) the DBOS schema migration with `image`.
 
@@ -232,6 +232,8 @@ def build_migration_job(
     metadata = pool.metadata(name, f"migration-{mode}")
     metadata["labels"][names.LABEL_MIGRATION_TARGET] = target
     metadata["labels"][names.LABEL_DATABASE] = database_label
+    if online:
+        metadata["labels"][names.LABEL_ONLINE] = "true"
     metadata["annotations"] = {names.ANNOTATION_TARGET: f"{image} {pool.spec.dbos.application_version}"}
     return {
         "apiVersion": "batch/v1",

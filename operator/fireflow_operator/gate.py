@@ -16,6 +16,7 @@ from fireflow_operator import jobs, migration, names, observe
 from fireflow_operator.budget import DatabaseFacts
 from fireflow_operator.builders import Pool, build_migration_job
 from fireflow_operator.kube import Kube
+from fireflow_operator.model import MigrationStrategy
 from fireflow_operator.settings import OperatorSettings
 from fireflow_operator.status import StatusDraft
 
@@ -40,6 +41,7 @@ class MigrationGate:
         with self._locks[database_label]:
             listed = observe.pool_jobs(self.kube, namespace, pool.name)
             records = [observe.as_migration_job(job) for job in listed.values()]
+            stale = jobs.stale_apply(records, round_names["apply"])
             step = migration.next_step(
                 migration.MigrationInput(
                     target=target,
@@ -47,7 +49,8 @@ class MigrationGate:
                     migration=saved,
                     plan_job=observe.observation(self.kube, namespace, listed.get(round_names["plan"])),
                     apply_job=observe.observation(self.kube, namespace, listed.get(round_names["apply"])),
-                    stale_apply_running=jobs.stale_apply(records, round_names["apply"]),
+                    stale_apply_running=f"apply Job {stale.name}" if stale is not None else None,
+                    stale_apply_online=stale is not None and stale.online,
                     database_apply_running=observe.database_apply_running(
                         self.kube, self.settings.namespaces, database_label, namespace, pool.name
                     ),
@@ -57,6 +60,7 @@ class MigrationGate:
                     spec_key=names.migration_spec_key(target, spec.migration.model_dump(mode="json")),
                     max_attempts=spec.migration.max_attempts,
                     retry_base_seconds=self.settings.migration_retry_seconds,
+                    offline=spec.migration.strategy == MigrationStrategy.OFFLINE,
                 )
             )
             if step.create_job is not None:
@@ -67,6 +71,7 @@ class MigrationGate:
                     target=target,
                     round_=migration.job_round(step.migration),
                     database_label=database_label,
+                    online=bool(step.migration.get("online")),
                 )
                 self.kube.create(self.kube.batch.create_namespaced_job, namespace, job)
         for name in jobs.jobs_to_delete(records, pool.name, persisted):

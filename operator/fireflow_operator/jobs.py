@@ -17,6 +17,7 @@ class MigrationJob:
     mode: str  # "plan" or "apply"
     state: migration.JobState  # never "absent"
     created: str  # creationTimestamp, RFC 3339: sorts by time
+    online: bool = False  # an apply started while the pool kept serving
 
 
 def round_job_names(pool_name: str, saved: dict[str, object]) -> dict[str, str]:
@@ -26,10 +27,10 @@ def round_job_names(pool_name: str, saved: dict[str, object]) -> dict[str, str]:
     return {mode: names.migration_job_name(pool_name, mode, target, round_) for mode in ("plan", "apply")}
 
 
-def stale_apply(jobs: list[MigrationJob], current_apply: str) -> str | None:
-    """A running apply Job that is not the current round's."""
-    running = sorted(j.name for j in jobs if j.mode == "apply" and j.state == "running" and j.name != current_apply)
-    return f"apply Job {running[0]}" if running else None
+def stale_apply(jobs: list[MigrationJob], current_apply: str) -> MigrationJob | None:
+    """A running apply Job that is not the current round's (an offline one first: it holds the pool)."""
+    running = [j for j in jobs if j.mode == "apply" and j.state == "running" and j.name != current_apply]
+    return min(running, key=lambda j: (j.online, j.name), default=None)
 
 
 def jobs_to_delete(jobs: list[MigrationJob], pool_name: str, persisted: dict[str, object]) -> list[str]:

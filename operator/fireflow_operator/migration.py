@@ -1,11 +1,14 @@
-"""The migration gate as a pure state machine: plan -> (drain -> apply) -> roll out, or fail and retry.
+"""The migration gate as a pure state machine: plan -> (apply | drain -> apply) -> roll out, or fail and retry.
 
 For every new rollout target (image, application version) a plan Job runs the *new* image's
-`migrate --plan`. Behind: the pool is held at zero replicas, and once no pod is left the apply Job runs;
-only its success lets a pod of the new target start. Not behind: an ordinary rolling update.
+`migrate --plan`. Behind, with strategy Online (the default) and a step the plan calls online-safe: the
+apply Job runs while the previous version keeps serving (its lock timeout keeps the workers from queueing
+behind its DDL). Behind otherwise (strategy Offline, or a step that is not online-safe): the pool is held at
+zero replicas, and once no pod is left the apply Job runs. Only the apply's success lets a pod of the new
+target start. Not behind: an ordinary rolling update.
 
 Invariants (tested against sequences of user actions in tests/operator/test_sequences.py):
-- while any apply Job of the pool runs, whatever target it was for, the pool is held at zero;
+- while an offline apply Job of the pool runs, whatever target it was for, the pool is held at zero;
 - an apply Job starts only when no worker of the pool is left and no other apply Job on the same
   database runs;
 - a target is rolled out only after its plan said "current", or its apply succeeded, or the database's
@@ -69,6 +72,8 @@ class MigrationInput:
     spec_key: str  # target + spec.migration: changing it restarts an abandoned migration
     max_attempts: int = 3
     retry_base_seconds: float = 30.0
+    offline: bool = False  # spec.migration.strategy Offline: always drain; Online: drain only an unsafe step
+    stale_apply_online: bool = False  # the stale apply Job runs online (the pool kept serving while it started)
 
 
 @dataclass(frozen=True)
@@ -144,7 +149,15 @@ def _planned(m: dict[str, Any], inp: MigrationInput) -> MigrationStep:
     if inp.database_apply_running:
         waiting = f"schema {inp.schema_version} is behind {required}; waiting for {inp.database_apply_running}"
         return MigrationStep({**m, "message": waiting})
-    message = f"schema {inp.schema_version} is behind {required}: draining the pool"
+    unsafe = "; ".join(str(u) for u in plan.summary.get("unsafe") or [])
+    if not inp.offline and plan.summary.get("online_safe"):
+        message = f"schema {inp.schema_version} is behind {required}: applying online, the pool keeps serving"
+        online = {**m, "phase": APPLYING, "online": True, "message": message}
+        return MigrationStep(online, create_job="apply", events=[("MigrationApplying", message)])
+    why = (
+        "spec.migration.strategy is Offline" if inp.offline else f"the step is not online-safe ({unsafe or 'unknown'})"
+    )
+    message = f"schema {inp.schema_version} is behind {required}: draining the pool, as {why}"
     return MigrationStep(
         {**m, "phase": DRAINING, "message": message}, hold_at_zero=True, events=[("MigrationDraining", message)]
     )
@@ -154,13 +167,15 @@ def next_step(inp: MigrationInput) -> MigrationStep:
     m = dict(inp.migration)
     phase = m.get("phase")
     ours = m.get("target") == inp.target
+    offline_apply = not m.get("online")
     if inp.apply_job.state == "running":
         # Whatever the status says (its last write may have been lost) and whatever the spec says now.
-        return MigrationStep({**m, "phase": APPLYING} if ours else m, hold_at_zero=True)
+        return MigrationStep({**m, "phase": APPLYING} if ours else m, hold_at_zero=offline_apply)
     if inp.stale_apply_running:
-        # An apply Job of an earlier target (or round) still runs: no worker may start until it ends,
-        # whatever the spec says now.
-        return MigrationStep({**m, "message": f"waiting for {inp.stale_apply_running}"}, hold_at_zero=True)
+        # An apply Job of an earlier target (or round) still runs: under Offline no worker may start until it
+        # ends, whatever the spec says now; a new round waits for it either way.
+        message = f"waiting for {inp.stale_apply_running}"
+        return MigrationStep({**m, "message": message}, hold_at_zero=not inp.stale_apply_online)
     if inp.current_target == inp.target and (phase not in IN_FLIGHT or not ours):
         kept = {k: v for k, v in m.items() if k in ("round", "replicasBefore")}
         return MigrationStep({**kept, "target": inp.target, "phase": DONE, "specKey": inp.spec_key})
@@ -193,8 +208,8 @@ def next_step(inp: MigrationInput) -> MigrationStep:
         apply = inp.apply_job
         if apply.state == "absent":
             if inp.database_apply_running:
-                return MigrationStep(m, hold_at_zero=True)
-            return MigrationStep(m, create_job="apply", hold_at_zero=True)
+                return MigrationStep(m, hold_at_zero=offline_apply)
+            return MigrationStep(m, create_job="apply", hold_at_zero=offline_apply)
         if apply.state == "failed" or not apply.ok:
             return _failed(m, inp, "migration", apply.error)
         assert apply.summary is not None

@@ -154,7 +154,17 @@ class DbosSpec(_Model):
     terminal_queue_concurrency: int = Field(10, ge=1, le=10_000, description="Worker concurrency of fireflow-terminal.")
 
 
+class MigrationStrategy(StrEnum):
+    ONLINE = "Online"
+    OFFLINE = "Offline"
+
+
 class MigrationSpec(_Model):
+    strategy: MigrationStrategy = Field(
+        MigrationStrategy.ONLINE,
+        description="Online: apply while the previous version serves (a step the plan Job finds unsafe drains "
+        "the pool instead); Offline: drain the pool to zero for every migration.",
+    )
     lock_timeout_ms: int = Field(5_000, ge=100, le=600_000, description="lock_timeout of the migration sessions.")
     retries: int = Field(3, ge=0, le=100, description="Retries of a lock timeout inside one migration attempt.")
     deadline_seconds: int = Field(600, ge=30, le=86_400, description="activeDeadlineSeconds of a migration Job.")

@@ -11,6 +11,7 @@ LABEL_COMPONENT = "app.kubernetes.io/component"
 LABEL_MANAGED_BY = "app.kubernetes.io/managed-by"
 LABEL_POOL = "fireflow.persistent.ai/pool"
 LABEL_MIGRATION_TARGET = "fireflow.persistent.ai/migration-target"
+LABEL_ONLINE = "fireflow.persistent.ai/online"  # on apply Jobs that run while the pool keeps serving
 LABEL_DATABASE = "fireflow.persistent.ai/database"  # on apply Jobs: one at a time per database
 ANNOTATION_TARGET = "fireflow.persistent.ai/target"
 FINALIZER = "fireflow.persistent.ai/recover-runs"  # on pools and on their connection Secret copies

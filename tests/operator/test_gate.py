@@ -98,6 +98,24 @@ def test_should_hold_until_an_apply_of_an_earlier_target_ends() -> None:
     assert (after.create_job, after.migration["target"], after.migration["round"]) == ("plan", "t3", 4)
 
 
+def test_should_apply_online_while_the_pool_serves_unless_the_step_is_unsafe() -> None:
+    safe = migration.JobObservation("succeeded", {**_behind().summary, "online_safe": True})  # type: ignore[dict-item]
+    planning = _step().migration
+    online = _step(migration=planning, plan_job=safe)
+    assert (online.migration["phase"], online.create_job, online.hold_at_zero) == ("Applying", "apply", False)
+    assert online.migration["message"] == "schema 100 is behind 125: applying online, the pool keeps serving"
+    running = _step(migration=online.migration, apply_job=migration.JobObservation("running"))
+    assert running.hold_at_zero is False  # the previous version keeps serving
+    unsafe_summary = {**_behind().summary, "online_safe": False, "unsafe": ["migration 3: builds an index"]}  # type: ignore[dict-item]
+    drained = _step(migration=planning, plan_job=migration.JobObservation("succeeded", unsafe_summary))
+    assert (drained.migration["phase"], drained.hold_at_zero) == ("Draining", True)
+    assert drained.migration["message"].endswith("as the step is not online-safe (migration 3: builds an index)")
+    offline = _step(migration=planning, plan_job=safe, offline=True)
+    assert offline.migration["message"].endswith("draining the pool, as spec.migration.strategy is Offline")
+    stale_online = _step(target="t3", migration=online.migration, stale_apply_running="x", stale_apply_online=True)
+    assert stale_online.hold_at_zero is False
+
+
 def test_should_go_back_to_the_rolled_out_target_at_once() -> None:
     m = {"target": "t2", "phase": "Draining", "round": 3, "attempt": 1, "replicasBefore": 4}
     step = _step(target="t1", migration=m)
@@ -122,7 +140,7 @@ def test_should_delete_finished_jobs_once_recorded_but_the_newest_failure() -> N
     assert jobs.jobs_to_delete(done, "p", {"target": "a", "phase": "Done", "round": 3}) == [
         "p-apply-a-1", "p-apply-a-3", "p-plan-a-1", "p-plan-a-2", "p-plan-a-3",
     ]  # fmt: skip
-    assert jobs.stale_apply(made, "p-apply-b-4") == "apply Job p-apply-a-3"
+    assert jobs.stale_apply(made, "p-apply-b-4") == made[5]
     assert jobs.stale_apply(made, "p-apply-a-3") is None
 
 
@@ -132,6 +150,8 @@ class _World:
 
     rng: random.Random
     required: dict[str, int]  # schema version each target's image needs
+    offline: bool = False  # spec.migration.strategy
+    unsafe: set[str] = field(default_factory=set)  # targets whose migration step is not online-safe
     schema: int = 100
     spec_target: str = "t0"
     current_target: str | None = None  # as the pool's status records it
@@ -145,8 +165,12 @@ class _World:
     clock: int = 0
     log: list[str] = field(default_factory=list)
 
-    def running_applies(self) -> list[str]:
-        return [n for n, j in self.jobs.items() if j["mode"] == "apply" and j["state"] == "running"]
+    def running_applies(self, *, offline_only: bool = False) -> list[str]:
+        return [
+            n
+            for n, j in self.jobs.items()
+            if j["mode"] == "apply" and j["state"] == "running" and not (offline_only and j["online"])
+        ]
 
     def observe(self, name: str) -> migration.JobObservation:
         job = self.jobs.get(name)
@@ -156,7 +180,11 @@ class _World:
 
     def reconcile(self, status_lost: bool = False) -> None:
         """One reconcile; with `status_lost` its status write fails after everything else was done."""
-        records = [jobs.MigrationJob(n, j["mode"], j["state"], f"{j['created']:09d}") for n, j in self.jobs.items()]
+        records = [
+            jobs.MigrationJob(n, j["mode"], j["state"], f"{j['created']:09d}", j["online"])
+            for n, j in self.jobs.items()
+        ]
+        stale = jobs.stale_apply(records, jobs.round_job_names("pool", self.status)["apply"])
         persisted = dict(self.status)
         names_ = jobs.round_job_names("pool", self.status)
         step = migration.next_step(
@@ -166,7 +194,8 @@ class _World:
                 migration=dict(self.status),
                 plan_job=self.observe(names_["plan"]),
                 apply_job=self.observe(names_["apply"]),
-                stale_apply_running=jobs.stale_apply(records, names_["apply"]),
+                stale_apply_running=stale.name if stale is not None else None,
+                stale_apply_online=stale is not None and stale.online,
                 database_apply_running=None,
                 schema_version=self.schema,
                 pods_left=len(self.pods),
@@ -174,20 +203,26 @@ class _World:
                 spec_key=self.spec_target,
                 max_attempts=3,
                 retry_base_seconds=5.0,
+                offline=self.offline,
             )
         )
-        if self.running_applies():
-            assert step.hold_at_zero, f"workers allowed while {self.running_applies()} runs: {self.log[-8:]}"
+        if self.running_applies(offline_only=True):
+            running = self.running_applies(offline_only=True)
+            assert step.hold_at_zero, f"workers allowed while offline {running} runs: {self.log[-8:]}"
         if step.create_job is not None:
             round_ = migration.job_round(step.migration)
             target = step.migration["target"]
             name = f"pool-{step.create_job}-{target}-{round_}"
+            online = bool(step.migration.get("online"))
             if step.create_job == "apply":
-                assert not self.pods, f"apply created with workers alive: {self.log[-8:]}"
+                assert online or not self.pods, f"offline apply created with workers alive: {self.log[-8:]}"
+                assert not online or not (self.offline or target in self.unsafe), "an unsafe step applied online"
                 assert not [a for a in self.running_applies() if a != name], "two apply Jobs at once"
             if name not in self.jobs:
                 self.clock += 1
-                self.jobs[name] = {"mode": step.create_job, "target": target, "state": "running", "created": self.clock}
+                self.jobs[name] = {
+                    "mode": step.create_job, "target": target, "state": "running", "created": self.clock, "online": online
+                }  # fmt: skip
         current = self.current_target
         if step.roll_out:
             target = self.spec_target
@@ -209,8 +244,8 @@ class _World:
         job = self.jobs[name]
         needed = self.required[job["target"]]
         if job["mode"] == "plan":
-            job["summary"] = {"result": "ok", "migration_needed": self.schema < needed,
-                              "current_version": self.schema, "required_version": needed}  # fmt: skip
+            job["summary"] = {"result": "ok", "migration_needed": self.schema < needed, "current_version": self.schema,
+                              "required_version": needed, "online_safe": job["target"] not in self.unsafe}  # fmt: skip
             job["state"] = "succeeded"
         elif self.lock_held:
             job["summary"] = {"result": "failed", "error": "lock timeout"}
@@ -239,7 +274,12 @@ class _World:
 def test_should_keep_the_gate_invariants_in_any_sequence(seed: int) -> None:
     rng = random.Random(seed)
     targets = [f"t{i}" for i in range(5)]
-    world = _World(rng, required={t: rng.choice([100, 100, 110, 125]) for t in targets})
+    world = _World(
+        rng,
+        required={t: rng.choice([100, 100, 110, 125]) for t in targets},
+        offline=rng.random() < 0.4,
+        unsafe={t for t in targets if rng.random() < 0.3},
+    )
     for _ in range(rng.randint(20, 120)):
         action = rng.random()
         if action < 0.12:

@@ -19,7 +19,7 @@ from pathlib import Path
 import psycopg
 from psycopg import errors as pg_errors
 
-from fireflow_worker import schema
+from fireflow_worker import migration_safety, schema
 from fireflow_worker.dburl import libpq_url
 
 DEFAULT_TERMINATION_LOG = "/dev/termination-log"
@@ -29,11 +29,17 @@ EXIT_ERROR = 1
 EXIT_MIGRATION_NEEDED = 3
 
 
-def required_version() -> int:
-    """The schema version the installed DBOS requires (the count of its migrations)."""
+def dbos_migrations() -> list[str]:
+    """The SQL of every migration the installed DBOS ships, in order (version n is item n-1)."""
     from dbos._migration import get_dbos_migrations  # noqa: PLC0415 - private API of the pinned dbos
 
-    return len(get_dbos_migrations("dbos", use_listen_notify=True))
+    migrations: list[str] = get_dbos_migrations("dbos", use_listen_notify=True)
+    return migrations
+
+
+def required_version() -> int:
+    """The schema version the installed DBOS requires (the count of its migrations)."""
+    return len(dbos_migrations())
 
 
 def current_version(database_url: str) -> int:
@@ -58,6 +64,8 @@ class MigrationSummary:
     current_version: int | None = None
     required_version: int | None = None
     migration_needed: bool | None = None
+    online_safe: bool | None = None  # plan: the step can be applied while older workers keep serving
+    unsafe: list[str] | None = None  # plan: the statements that are not, shortened (at most five)
     result: str = "ok"
     attempts: int = 0
     error: str | None = None
@@ -70,9 +78,15 @@ class MigrationSummary:
 
 def plan(database_url: str) -> MigrationSummary:
     current = current_version(database_url)
-    required = required_version()
+    migrations = dbos_migrations()
+    verdicts = migration_safety.step_verdicts(migrations, current, len(migrations))
     return MigrationSummary(
-        action="plan", current_version=current, required_version=required, migration_needed=current < required
+        action="plan",
+        current_version=current,
+        required_version=len(migrations),
+        migration_needed=current < len(migrations),
+        online_safe=not verdicts,
+        unsafe=[f"migration {v.version}: {v.reason}" for v in verdicts[:5]] or None,
     )
 
 
