@@ -52,7 +52,11 @@ def _structural(schema: dict[str, Any], defs: dict[str, Any]) -> dict[str, Any]:
             out[key] = value
     if out.get("x-kubernetes-preserve-unknown-fields") and "type" not in out:
         out["type"] = "object"
-    if out.get("type") == "object" and "properties" in out and "default" not in out and "required" not in out:
+    if (
+        out.get("type") == "object"
+        and "properties" in out
+        and not {"default", "required", "x-kubernetes-validations"} & out.keys()
+    ):
         # An absent section still gets its fields' defaults from the API server.
         out["default"] = {}
     return out

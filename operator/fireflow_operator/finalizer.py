@@ -10,6 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from kubernetes.client.exceptions import ApiException
 from pydantic import ValidationError
 
 from fireflow_operator import conditions, connection, names, recovery
@@ -47,7 +48,11 @@ def finalize(kube: Kube, settings: OperatorSettings, body: dict[str, Any]) -> Wa
     sts_name = names.statefulset_name(name)
     sts: Any = read_or_none(kube.apps.read_namespaced_stateful_set, sts_name, namespace)
     if sts is not None and sts.spec.replicas and not sts.metadata.deletion_timestamp:
-        kube.apps.patch_namespaced_stateful_set_scale(sts_name, namespace, {"spec": {"replicas": 0}})
+        try:
+            kube.apps.patch_namespaced_stateful_set_scale(sts_name, namespace, {"spec": {"replicas": 0}})
+        except ApiException as err:
+            if err.status != 404:  # deleted meanwhile (the namespace going, or the garbage collector)
+                raise
     if kube.list_pod_names(namespace, names.selector_labels(name)):
         return Waiting("waiting for the workers to drain and exit")
     try:

@@ -99,7 +99,9 @@ async def _reconcile(namespace: str, name: str) -> None:
             return
         try:
             outcome = await asyncio.to_thread(STATE.reconciler.reconcile, body)
-        except Exception:
+        except Exception as err:
+            if isinstance(err, client.ApiException) and err.status == 403 and "being terminated" in str(err.body):
+                return  # the namespace is going: only the finalizer has work left, and it runs on its own
             metrics.RECONCILES.labels("error").inc()
             log.exception("reconcile of %s/%s failed; retrying in %s s", namespace, name, STATE.settings.resync_seconds)
             _requeue(namespace, name, STATE.settings.resync_seconds)

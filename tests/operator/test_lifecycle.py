@@ -5,8 +5,10 @@ from __future__ import annotations
 
 import json
 import time
+from collections.abc import Iterator
 
 import psycopg
+import pytest
 from fireflow_worker import migrate
 from fireflow_worker.client import FireflowClient
 from fireflow_worker.local_postgres import LocalPostgres
@@ -190,10 +192,17 @@ def test_should_leave_no_pending_runs_of_departed_workers_when_scaled_down_mid_r
     assert any(e.reason == "RunsRecovered" for e in list_events(kube_api, kube_namespace))
 
 
+@pytest.fixture
+def own_postgres() -> Iterator[LocalPostgres]:
+    """A server of the test's own: pools of other tests on the session's server change its budget."""
+    with LocalPostgres(max_connections=200) as server:
+        yield server
+
+
 def test_should_write_nothing_while_a_ready_pool_is_idle(
-    kube_api: ApiClient, kube_namespace: str, operator: OperatorProcess, pool_database: str
+    kube_api: ApiClient, kube_namespace: str, operator: OperatorProcess, own_postgres: LocalPostgres
 ) -> None:
-    create_secret(kube_api, kube_namespace, pool_database)
+    create_secret(kube_api, kube_namespace, own_postgres.create_database("idle"))
     create_pool(kube_api, kube_namespace, "pool", replicas=2)
     wait_for_condition(kube_api, kube_namespace, "pool", "Ready")
     time.sleep(5)  # let the last status write of the rollout land
@@ -212,6 +221,8 @@ def test_should_write_nothing_while_a_ready_pool_is_idle(
             "events": str(len(list_events(kube_api, kube_namespace))),
         }
 
-    before = versions()
+    before, status_before = versions(), get_pool(kube_api, kube_namespace, "pool")["status"]
     time.sleep(60)  # a minute of resyncs every 5 s: the behaviour under test is what happens over time
+    status_after = get_pool(kube_api, kube_namespace, "pool")["status"]
+    assert status_after == status_before
     assert versions() == before
