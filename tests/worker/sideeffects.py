@@ -3,7 +3,17 @@ how many times a node's body really ran (the allow-list names this module)."""
 
 from __future__ import annotations
 
+import os
+import time
 from pathlib import Path
+from subprocess import getoutput  # noqa: F401 - imported on purpose: the allow-list must not expose it
+
+_BASE_EXCEPTIONS: dict[str, BaseException] = {
+    "SystemExit": SystemExit(3),
+    "KeyboardInterrupt": KeyboardInterrupt(),
+    "GeneratorExit": GeneratorExit(),
+    "BaseException": BaseException("a bare BaseException"),
+}
 
 
 def record(path: str, label: str) -> dict[str, str]:
@@ -14,3 +24,41 @@ def record(path: str, label: str) -> dict[str, str]:
 
 def add(a: float, b: float) -> float:
     return a + b
+
+
+def raise_base(kind: str) -> None:
+    """Raise what a careless or hostile function may raise: not an Exception."""
+    raise _BASE_EXCEPTIONS[kind]
+
+
+def exit_process(path: str) -> None:
+    """Record the attempt, then end the worker process on the spot, as a crash or the OOM killer would."""
+    record(path, "attempt")
+    os._exit(9)
+
+
+def break_event_loop() -> None:
+    """Stop DBOS's event loop from a node: the worker's own machinery breaking under it."""
+    from dbos._dbos import _dbos_global_instance  # noqa: PLC0415 - the pinned DBOS's private instance
+
+    assert _dbos_global_instance is not None
+    loop = _dbos_global_instance._background_event_loop._loop
+    loop.call_soon_threadsafe(loop.stop)
+    time.sleep(0.5)
+
+
+def record_then_sleep(path: str, label: str, seconds: float) -> dict[str, str]:
+    record(path, label)
+    time.sleep(seconds)
+    return {"recorded": label}
+
+
+class Greeter:
+    """A class in an allowed module: calling it would construct an object, not run a function."""
+
+    def __init__(self, who: str = "x") -> None:
+        self.who = who
+
+
+greeter = Greeter()
+shout = str.upper  # a builtin method bound under an allowed module's name

@@ -29,19 +29,19 @@ class _FlowLoader(yaml.SafeLoader):
         super().__init__(stream)
         self._depth = 0
 
-    def compose_node(self, parent: yaml.Node | None, index: object) -> yaml.Node | None:
+    def compose_node(self, parent: yaml.Node | None, index: int) -> yaml.Node | None:
         if self.check_event(yaml.AliasEvent):
-            event = self.peek_event()
+            event: yaml.AliasEvent = self.peek_event()  # type: ignore[no-untyped-call]
             problem = f"aliases (*{event.anchor}) are not allowed in a flow; write the value out"
             raise yaml.composer.ComposerError(None, None, problem, event.start_mark)
         self._depth += 1
         try:
             if self._depth > MAX_NESTING_DEPTH + 1:
-                mark = self.peek_event().start_mark
+                mark = self.peek_event().start_mark  # type: ignore[no-untyped-call]
                 raise yaml.composer.ComposerError(
                     None, None, f"the document is nested more than {MAX_NESTING_DEPTH} levels deep", mark
                 )
-            return super().compose_node(parent, index)  # type: ignore[no-untyped-call]
+            return super().compose_node(parent, index)
         finally:
             self._depth -= 1
 
