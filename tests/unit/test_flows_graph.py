@@ -145,7 +145,7 @@ def _operations(work: Callable[[Flow], object], size: int) -> int:
     [
         topological_layers,
         lambda f: find_cycles(dependencies(f)),
-        lambda f: validate_flow(f),
+        validate_flow,
     ],
     ids=["topological_layers", "find_cycles", "validate_flow"],
 )

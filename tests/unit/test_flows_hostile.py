@@ -121,7 +121,7 @@ def test_should_report_many_cycles_as_a_few_and_a_count() -> None:
 def test_should_survive_pickling_as_a_step_error_does() -> None:
     """DBOS stores a failed step's exception and raises a copy; the copy must keep its problems."""
     err = FlowValidationError(["node 'a': first", "node 'b': second"])
-    copy = pickle.loads(pickle.dumps(err))  # noqa: S301 - our own bytes
+    copy = pickle.loads(pickle.dumps(err))
     assert copy.problems == err.problems
     assert str(copy) == "node 'a': first\nnode 'b': second"
     assert copy.one_line() == "node 'a': first; node 'b': second"

@@ -33,7 +33,8 @@ class _FlowLoader(yaml.SafeLoader):
         if self.check_event(yaml.AliasEvent):
             event: yaml.AliasEvent = self.peek_event()  # type: ignore[no-untyped-call]
             problem = f"aliases (*{event.anchor}) are not allowed in a flow; write the value out"
-            raise yaml.composer.ComposerError(None, None, problem, event.start_mark)
+            mark: yaml.Mark | None = event.start_mark  # type: ignore[assignment]
+            raise yaml.composer.ComposerError(None, None, problem, mark)
         self._depth += 1
         try:
             if self._depth > MAX_NESTING_DEPTH + 1:
