@@ -43,6 +43,7 @@ def break_event_loop() -> None:
 
     assert _dbos_global_instance is not None
     loop = _dbos_global_instance._background_event_loop._loop
+    assert loop is not None
     loop.call_soon_threadsafe(loop.stop)
     time.sleep(0.5)
 
@@ -62,3 +63,11 @@ class Greeter:
 
 greeter = Greeter()
 shout = str.upper  # a builtin method bound under an allowed module's name
+
+
+def shut_down_thread_pool() -> None:
+    """Shut DBOS's thread pool down from a node: no step could run any more."""
+    from dbos._dbos import _dbos_global_instance  # noqa: PLC0415 - the pinned DBOS's private instance
+
+    assert _dbos_global_instance is not None
+    _dbos_global_instance._executor.shutdown(wait=False)

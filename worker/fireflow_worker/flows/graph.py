@@ -10,6 +10,7 @@ import copy
 from collections.abc import Iterable, Mapping
 from typing import Any
 
+from fireflow_worker.flows.limits import format_bytes, json_bytes
 from fireflow_worker.flows.model import Flow, NodeSpec
 from fireflow_worker.flows.nodetype import NodeError
 from fireflow_worker.flows.refs import Reference, ReferenceSyntaxError, lookup_path, scan, substitute
@@ -121,22 +122,39 @@ def find_cycles(deps: Mapping[str, Iterable[str]], limit: int = 10) -> tuple[lis
     return cycles, found
 
 
-def resolve_params(params: Mapping[str, Any], inputs: Mapping[str, Any], outputs: Mapping[str, Any]) -> dict[str, Any]:
+def resolve_params(
+    params: Mapping[str, Any],
+    inputs: Mapping[str, Any],
+    outputs: Mapping[str, Any],
+    max_bytes: int | None = None,
+) -> dict[str, Any]:
     """The params with every reference replaced by the run input or node output it names.
 
     Raises a non-retryable NodeError when a reference cannot be resolved (a path into an output that
-    lacks it, or a node that has not produced an output).
+    lacks it, or a node that has not produced an output), or when the referenced values together exceed
+    `max_bytes`: a template naming a large output a hundred times must fail before it is built.
     """
+    used = 0
 
     def lookup(ref: Reference) -> Any:
+        nonlocal used
         source, what = (inputs, "input") if ref.root == "inputs" else (outputs, "output of node")
         if ref.name not in source:
             raise NodeError(f"{ref}: there is no {what} {ref.name!r}", retryable=False)
         try:
-            # A copy: a node (user code in `python`) must not be able to change another node's output.
-            return copy.deepcopy(lookup_path(source[ref.name], ref.path))
+            found = lookup_path(source[ref.name], ref.path)
         except LookupError as exc:
             raise NodeError(f"{ref}: in the {what} {ref.name!r}, {exc.args[0]}", retryable=False) from exc
+        if max_bytes is not None:
+            used += json_bytes(found)
+            if used > max_bytes:
+                raise NodeError(
+                    f"the params' references resolve to more than {format_bytes(max_bytes)} of data "
+                    "(FIREFLOW_MAX_NODE_OUTPUT_BYTES)",
+                    retryable=False,
+                )
+        # A copy: a node (user code in `python`) must not be able to change another node's output.
+        return copy.deepcopy(found)
 
     try:
         resolved: dict[str, Any] = substitute(dict(params), lookup)
