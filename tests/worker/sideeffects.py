@@ -71,3 +71,18 @@ def shut_down_thread_pool() -> None:
 
     assert _dbos_global_instance is not None
     _dbos_global_instance._executor.shutdown(wait=False)
+
+
+def record_then_fail(path: str, label: str, seconds: float) -> None:
+    """Record the attempt, take `seconds`, then fail (a node whose retry policy would try it again)."""
+    record(path, label)
+    time.sleep(seconds)
+    raise RuntimeError(f"{label} failed on purpose")
+
+
+def fail_unless_exists(path: str, trace: str) -> dict[str, str]:
+    """Fail until the file at `path` exists: a failure that a later resume can get past."""
+    record(trace, "flaky")
+    if not Path(path).exists():
+        raise RuntimeError(f"{path} does not exist yet")
+    return {"found": path}

@@ -210,7 +210,8 @@ class FireflowClient:
         if status.status in ("CANCELLED", "MAX_RECOVERY_ATTEMPTS_EXCEEDED"):
             self._dbos.resume_workflow(run_id, queue_name=queue)
             return run_id
-        failed = [step for step in self._dbos.list_workflow_steps(run_id, load_output=False) if step["error"]]
+        # Outputs are loaded with errors (DBOS reads both or neither); a run's outputs are bounded.
+        failed = [step for step in self._dbos.list_workflow_steps(run_id) if step["error"] is not None]
         if not failed:
             raise RunStateError(
                 f"run {run_id} failed outside any node ({status.error}); it would fail again: enqueue a new run"
