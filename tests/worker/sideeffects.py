@@ -86,3 +86,16 @@ def fail_unless_exists(path: str, trace: str) -> dict[str, str]:
     if not Path(path).exists():
         raise RuntimeError(f"{path} does not exist yet")
     return {"found": path}
+
+
+def big_string(size: int) -> str:
+    return "x" * size
+
+
+def overlap(path: str, seconds: float) -> bool:
+    """Record when this call started and ended (monotonic clock), to count how many ran at once."""
+    started = time.monotonic()
+    time.sleep(seconds)
+    with Path(path).open("a") as file:
+        file.write(f"{started} {time.monotonic()}\n")
+    return True
