@@ -15,7 +15,7 @@ from collections.abc import Sequence
 from fireflow_worker import migrate
 from fireflow_worker.client_cli import client_main
 from fireflow_worker.config import ConfigError, load_config
-from fireflow_worker.dburl import redact_url
+from fireflow_worker.dburl import mask_logs, redact_url
 
 __all__ = ["client_main", "worker_main"]
 
@@ -50,6 +50,7 @@ def worker_main(argv: Sequence[str] | None = None) -> int:
     except ConfigError as err:
         return _fail_usage(str(err))
     if args.command == "migrate":
+        mask_logs([config.database_url or ""])  # DBOS logs the URL it migrates, query password included
         return _migrate(args, config.database_url)
     from fireflow_worker.runtime import run_worker  # noqa: PLC0415 - keeps `migrate` light
 
@@ -79,6 +80,7 @@ def _migrate(args: argparse.Namespace, database_url: str | None) -> int:
             result="failed",
             error=redact_url(" ".join(str(err).split()))[:1000],
         )
+    summary.error = None if summary.error is None else redact_url(summary.error)
     migrate.report(summary, args.termination_log)
     if summary.result != "ok":
         return migrate.EXIT_ERROR

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import logging
 import os
 import sys
 from collections.abc import Sequence
@@ -17,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from fireflow_worker import queues
-from fireflow_worker.dburl import redact_url
+from fireflow_worker.dburl import POSTGRES_SCHEMES, mask_logs, redact_url, url_problem
 
 EXIT_FAILED = 1
 EXIT_USAGE = 2
@@ -73,6 +74,14 @@ def client_main(argv: Sequence[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     if not args.database_url:
         return _error("set DATABASE_URL_EXECUTIONS or pass --database-url", EXIT_USAGE)
+    url: str = args.database_url
+    if not url.startswith((*POSTGRES_SCHEMES, "sqlite:///")):
+        return _error(f"the database URL {redact_url(url)!r} must be a postgresql:// URL", EXIT_USAGE)
+    if url.startswith(POSTGRES_SCHEMES) and (problem := url_problem(url)):
+        return _error(f"the database URL {redact_url(url)!r} {problem}", EXIT_USAGE)
+    mask_logs([url])
+    # The command reports every error itself, in one line; DBOS's own log lines would only repeat it.
+    logging.getLogger("dbos").setLevel(logging.CRITICAL)
 
     from fireflow_worker.client import (  # noqa: PLC0415 - imports DBOS
         FireflowClient,

@@ -23,7 +23,7 @@ from pydantic import (
 )
 
 from fireflow_worker import __version__
-from fireflow_worker.dburl import redact_url
+from fireflow_worker.dburl import POSTGRES_SCHEMES, redact_url, url_problem
 from fireflow_worker.queues import ALL_QUEUES
 
 LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")
@@ -125,10 +125,12 @@ class WorkerConfig(BaseModel):
                 "DATABASE_URL_EXECUTIONS is required (a postgresql:// URL); "
                 "set FIREFLOW_LOCAL_MODE=true to run on a local SQLite file instead"
             )
-        if self.database_url is not None and not self.database_url.startswith(
-            ("postgresql://", "postgres://", "postgresql+psycopg://")
-        ):
-            raise ValueError(f"DATABASE_URL_EXECUTIONS={redact_url(self.database_url)!r} must be a postgresql:// URL")
+        if self.database_url is not None:
+            shown = f"DATABASE_URL_EXECUTIONS={redact_url(self.database_url)!r}"
+            if not self.database_url.startswith(POSTGRES_SCHEMES):
+                raise ValueError(f"{shown} must be a postgresql:// URL")
+            if problem := url_problem(self.database_url):
+                raise ValueError(f"{shown} {problem}")
         if self.max_run_output_bytes < self.max_node_output_bytes:
             raise ValueError(
                 f"FIREFLOW_MAX_RUN_OUTPUT_BYTES={self.max_run_output_bytes} must be at least "

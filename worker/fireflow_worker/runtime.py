@@ -27,7 +27,7 @@ from dbos import DBOS, DBOSConfig
 from fireflow_worker import engine, queues, schema, worker_db
 from fireflow_worker.cancellation import CancelWatcher
 from fireflow_worker.config import WorkerConfig
-from fireflow_worker.dburl import redact_url
+from fireflow_worker.dburl import mask_logs, redact_url
 from fireflow_worker.flow_store import ProvisionCache
 from fireflow_worker.health import HealthServer, HealthState
 from fireflow_worker.run_limits import RunLimits
@@ -88,13 +88,24 @@ def register_queues(config: WorkerConfig) -> None:
             raise StartupError(_explain(err, config)) from None
 
 
-def configure_logging(level: str) -> None:
+def configure_logging(level: str, database_url: str) -> None:
+    """The worker's log on stderr, with the database password masked in every record (DBOS's included).
+
+    Uncaught exceptions of any thread are logged through the same mask instead of printed raw.
+    """
     logging.basicConfig(level=level, stream=sys.stderr, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    mask_logs([database_url])
+    sys.excepthook = lambda kind, value, tb: log.critical("uncaught exception", exc_info=(kind, value, tb))
+    threading.excepthook = lambda hook: log.error(
+        "uncaught exception in thread %s",
+        hook.thread.name if hook.thread else "?",
+        exc_info=(hook.exc_type, hook.exc_value or hook.exc_type(), hook.exc_traceback),
+    )
 
 
 def run_worker(config: WorkerConfig) -> int:
     """Run until SIGTERM/SIGINT; returns the exit status (the caller exits with it)."""
-    configure_logging(config.log_level)
+    configure_logging(config.log_level, config.system_database_url)
     if config.worker_id is None:
         log.warning(
             "FIREFLOW_WORKER_ID is unset: this worker runs as executor 'local'. Replicas sharing one id re-run "
@@ -181,6 +192,7 @@ def _sys_engine(dbos: DBOS) -> sa.Engine:
 
 def _launch(config: WorkerConfig) -> DBOS:
     dbos = DBOS(config=dbos_config(config))
+    mask_logs([config.system_database_url])  # again: DBOS added its own handlers while constructing
     engine.SETTINGS.limits = RunLimits(
         max_node_output_bytes=config.max_node_output_bytes,
         max_run_output_bytes=config.max_run_output_bytes,
