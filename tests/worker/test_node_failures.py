@@ -106,3 +106,28 @@ def test_should_report_not_ready_and_exit_70_when_the_machinery_breaks(
     output = worker.output()
     assert "the worker's machinery is broken" in output
     assert problem in output
+
+
+def _dispatches(url: str, run_id: str) -> tuple[str, int]:
+    with psycopg.connect(url) as conn:
+        row = conn.execute(
+            "SELECT status, recovery_attempts FROM dbos.workflow_status WHERE workflow_uuid = %s", (run_id,)
+        ).fetchone()
+    assert row is not None
+    return str(row[0]), int(row[1])
+
+
+def test_should_not_count_graceful_drains_towards_abandoning_a_run(
+    client: FireflowClient, start_worker: StartWorker, migrated_url: str
+) -> None:
+    settings = {"FIREFLOW_MAX_RECOVERY_ATTEMPTS": "1", "DBOS_SHUTDOWN_DRAIN_TIMEOUT_MS": "1000"}
+    worker = start_worker(**settings)
+    run_id = client.enqueue(flows.sleep_flow(15))
+    _wait_for(lambda: _dispatches(migrated_url, run_id) == ("PENDING", 1), what="the first dispatch")
+    for _ in range(3):  # three rolling updates while the run sleeps: more than the one recovery allowed
+        worker.terminate()
+        assert worker.wait_exit(timeout=60) == 0
+        assert _dispatches(migrated_url, run_id) == ("PENDING", 0)  # the drained dispatch was given back
+        worker = start_worker(**settings)
+        _wait_for(lambda: _dispatches(migrated_url, run_id) == ("PENDING", 1), what="the run's recovery")
+    assert client.result(run_id, timeout_seconds=60) == {"nap": {"slept_seconds": 15}}

@@ -155,12 +155,27 @@ def run_worker(config: WorkerConfig) -> int:
     active = len(engine.SETTINGS.active_runs)
     log.info("draining: %d run(s) active, waiting up to %d s", active, drain_seconds)
     DBOS.destroy(workflow_completion_timeout_sec=drain_seconds)
-    left = len(engine.SETTINGS.active_runs | engine.SETTINGS.interrupted_runs)
+    left = sorted(engine.SETTINGS.active_runs | engine.SETTINGS.interrupted_runs)
     if left:
-        log.info("%d run(s) still running stay PENDING for recovery under executor %s", left, config.executor_id)
+        log.info("%d run(s) still running stay PENDING for recovery under executor %s", len(left), config.executor_id)
+        _refund(config, left)
     log.info("stopped")
     _flush_and_exit(0)
     return 0  # not reached
+
+
+def _refund(config: WorkerConfig, run_ids: list[str]) -> None:
+    """A drained run was not killed by its worker: its dispatch must not count towards abandoning it."""
+    if config.database_url is None:
+        return
+    try:
+        refunded = worker_db.refund_drained_dispatches(
+            config.database_url, connection_application_name(config.executor_id), config.executor_id, run_ids
+        )
+    except Exception as err:
+        log.warning("cannot return the drained runs' recovery attempts: %s", _one_line(err))
+    else:
+        log.info("returned the recovery attempt of %d drained run(s)", refunded)
 
 
 def _flush_and_exit(status: int) -> None:
