@@ -79,12 +79,20 @@ class CancelWatcher(threading.Thread):
                 watched.loop.call_soon_threadsafe(watched.on_cancel)
 
     def run(self) -> None:
+        failing = False
         while not self.stopped.wait(self._interval):
             try:
                 self.poll_once()
-            except Exception:
-                # The database may be away; DBOS itself waits for it. Try again at the next interval.
-                log.warning("cannot check for cancelled runs", exc_info=True)
+            except Exception as err:
+                # The database may be away; DBOS itself waits for it. Try again at the next interval, and
+                # say so once per outage, not once a second.
+                if not failing:
+                    log.warning("cannot check for cancelled runs, retrying every %g s: %s", self._interval, err)
+                failing = True
+            else:
+                if failing:
+                    log.info("checking for cancelled runs again")
+                failing = False
 
     def _remember(self, run_ids: set[str]) -> None:
         with self._lock:

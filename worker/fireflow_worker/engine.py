@@ -262,6 +262,7 @@ async def _until_done_or_cancelled(tasks: list[asyncio.Task[None]], run_id: str)
         finished, _ = await asyncio.wait(waited, return_when=asyncio.FIRST_COMPLETED)
         if everything not in finished:
             raise dbos_error.DBOSWorkflowCancelledError(f"Workflow {run_id} is cancelled. Stopping its nodes.")
+        everything.result()  # what a node task raised past its own failure: DBOS's cancellation, seen by a step
     finally:
         if watcher is not None:
             watcher.unwatch(run_id)
