@@ -18,7 +18,7 @@ from fireflow_worker.run_limits import OutputBudget, RunLimits, checked_output_s
 def test_should_measure_an_output_and_refuse_one_too_big_or_too_deep() -> None:
     limits = RunLimits(max_node_output_bytes=1024)
     assert checked_output_size({"a": "é"}, limits) == len('{"a":"é"}'.encode())
-    with pytest.raises(NodeError, match=r"the output is 1\.95 KiB, more than the 1 KiB a node may produce") as big:
+    with pytest.raises(NodeError, match=r"the output is 1\.96 KiB, more than the 1 KiB a node may produce") as big:
         checked_output_size("x" * 2000, limits)
     assert big.value.retryable is False
     deep: Any = 1
