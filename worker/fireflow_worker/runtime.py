@@ -39,6 +39,8 @@ log = logging.getLogger("fireflow.worker")
 WORKER_CONNECTION_PREFIX = "fireflow-worker:"
 # The exit status of a worker whose machinery broke (EX_SOFTWARE); Kubernetes restarts it.
 EXIT_BROKEN = 70
+# How often the main thread wakes to run a signal handler Python could not run while it waited.
+SIGNAL_CHECK_SECONDS = 0.2
 # How long a broken worker stays up answering 503 before it exits, so that probes and logs show why.
 BROKEN_GRACE_SECONDS = 2.0
 
@@ -146,7 +148,10 @@ def run_worker(config: WorkerConfig) -> int:
     if not stop.is_set():
         state.mark_ready()
         log.info("ready: executor %s serving %s", config.executor_id, ", ".join(config.queues))
-    stop.wait()
+    # A timed wait, not `stop.wait()`: a signal delivered to another thread (DBOS's, the watchdog's...) does not
+    # interrupt the main thread's lock wait, and Python runs signal handlers only in the main thread.
+    while not stop.wait(SIGNAL_CHECK_SECONDS):
+        pass
     watchdog.stopped.set()
     sampler.stopped.set()
     if engine.SETTINGS.cancel_watcher is not None:
