@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from fireflow_worker.dburl import url_problem
 from psycopg.conninfo import conninfo_to_dict
 
 from fireflow_operator import conditions
@@ -81,4 +82,7 @@ def url_refusal(url: str, secret: str, key: str) -> Refusal | None:
             f"{where} names {len(hosts)} hosts: the executions database needs exactly one (the primary; "
             f"put a proxy or a DNS name in front of a failover pair)",
         )
+    problem = url_problem(url.strip())
+    if problem is not None:
+        return Refusal(conditions.REASON_INVALID_DATABASE_URL, f"{where} {problem}")
     return None

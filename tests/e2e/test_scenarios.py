@@ -149,7 +149,7 @@ def test_should_resume_a_run_whose_worker_pod_was_deleted_without_running_a_fini
     ended = wait_finished(url, [run_id])
     assert ended[run_id].status == "SUCCESS"
     assert ended[run_id].executor == stage.executor("pool-0")  # resumed under the same id by the new pod
-    assert ended[run_id].recovery_attempts >= 2  # started once, recovered at least once
+    assert ended[run_id].recovery_attempts >= 1  # a graceful drain gives its recovery attempt back
     assert results(url, [run_id])[run_id] == {
         "first": {"recorded": "first"},
         "nap": {"slept_seconds": 20},

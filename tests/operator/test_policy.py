@@ -99,6 +99,8 @@ def test_should_allow_only_the_service_accounts_the_installer_allowed() -> None:
         ("host=db password=hunter2 dbname=x", "must be a postgresql:// URL"),
         ("postgresql://u:hunter2@a:5432,b:5432/db", "names 2 hosts"),
         ("postgresql://u:hunter2@/db?host=a,b,c", "names 3 hosts"),
+        ("postgresql://u:hunter2@x@db/exec", "is ambiguous: libpq and SQLAlchemy would read different"),
+        ("postgresql://u:hunter2/x@db/exec", "percent-encode special characters"),
     ],
 )
 def test_should_refuse_urls_dbos_cannot_use_without_echoing_them(url: str, message: str) -> None:

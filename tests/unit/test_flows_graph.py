@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import pytest
@@ -13,7 +14,8 @@ from fireflow_worker.flows.graph import (
     terminal_nodes,
     topological_layers,
 )
-from fireflow_worker.flows.model import Flow
+from fireflow_worker.flows.model import Flow, NodeSpec
+from fireflow_worker.flows.validate import validate_flow
 
 
 def flow(nodes: dict[str, Any], outputs: list[str] | None = None) -> Flow:
@@ -88,11 +90,67 @@ def test_should_use_declared_outputs_over_terminal_nodes() -> None:
     ],
 )
 def test_should_name_each_cycle_path_once(deps: dict[str, set[str]], cycles: list[list[str]]) -> None:
-    assert find_cycles(deps) == cycles
+    assert find_cycles(deps) == (cycles, len(cycles))
+
+
+def test_should_keep_a_few_cycles_and_count_them_all_when_there_are_many() -> None:
+    deps = {"hub": {f"s{i}" for i in range(500)}} | {f"s{i}": {"hub"} for i in range(500)}
+    kept, found = find_cycles(deps, limit=3)
+    assert found == 500
+    assert kept == [["hub", "s0", "hub"], ["hub", "s1", "hub"], ["hub", "s2", "hub"]]
 
 
 def test_should_find_a_cycle_in_a_long_chain_without_recursion() -> None:
     size = 5000
     deps = {f"n{i}": {f"n{i + 1}"} for i in range(size - 1)} | {f"n{size - 1}": {"n0"}}
-    (cycle,) = find_cycles(deps)
-    assert len(cycle) == size + 1
+    (cycle,), found = find_cycles(deps)
+    assert (len(cycle), found) == (size + 1, 1)
+
+
+class CountingId(str):
+    """A node id that counts how often it is hashed or compared: a measure of work that no clock skews."""
+
+    operations = 0
+
+    def __hash__(self) -> int:
+        CountingId.operations += 1
+        return str.__hash__(self)
+
+    def __eq__(self, other: object) -> bool:
+        CountingId.operations += 1
+        return str.__eq__(self, other)
+
+
+def _chain(size: int) -> Flow:
+    """n0 <- n1 <- ... : each node waits for the previous one through `after` (ids that count their use)."""
+    ids = [CountingId(f"n{i}") for i in range(size)]
+    nodes = {
+        node_id: NodeSpec.model_construct(
+            type="template", params={"template": "x"}, after=[ids[i - 1]] if i else [], retry=None
+        )
+        for i, node_id in enumerate(ids)
+    }
+    return Flow.model_construct(name="chain", nodes=nodes, inputs={}, outputs=None)
+
+
+def _operations(work: Callable[[Flow], object], size: int) -> int:
+    chain = _chain(size)
+    CountingId.operations = 0
+    work(chain)
+    return CountingId.operations
+
+
+@pytest.mark.parametrize(
+    "work",
+    [
+        topological_layers,
+        lambda f: find_cycles(dependencies(f)),
+        validate_flow,
+    ],
+    ids=["topological_layers", "find_cycles", "validate_flow"],
+)
+def test_should_do_linear_work_on_a_long_chain(work: Callable[[Flow], object], monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("FIREFLOW_MAX_FLOW_NODES", "2000")
+    # Four times the nodes must cost about four times the operations (a quadratic pass costs sixteen).
+    small, large = _operations(work, 500), _operations(work, 2000)
+    assert large <= 5 * small, (small, large)

@@ -62,6 +62,9 @@ class Handler(BaseHTTPRequestHandler):
             self.reply(302, "", "text/plain", extra=(("Location", "/echo"),))
         elif path == "/redirect-ftp":
             self.reply(302, "", "text/plain", extra=(("Location", "ftp://127.0.0.1/file"),))
+        elif path == "/redirect-to":
+            target = self.path.split("?", 1)[1]
+            self.reply(int(self.headers.get("X-Code") or 302), "", "text/plain", extra=(("Location", target),))
         else:
             self.reply(404, "no such route", "text/plain")
 
@@ -145,6 +148,17 @@ def test_should_follow_http_redirects_and_refuse_others(base_url: str) -> None:
     assert caught.value.retryable is False
 
 
+@pytest.mark.parametrize("code", [301, 302, 303, 307, 308])
+@pytest.mark.parametrize(
+    "target", ["file:///etc/passwd", "gopher://127.0.0.1/x", "javascript:alert(1)", "data:,hi", "ftp://h/f"]
+)
+def test_should_refuse_a_redirect_to_anything_but_http_without_retrying(base_url: str, target: str, code: int) -> None:
+    with pytest.raises(NodeError) as caught:
+        call({"url": f"{base_url}/redirect-to?{target}", "headers": {"X-Code": str(code)}})
+    assert caught.value.message == f"redirect to {target!r} refused: only http and https are allowed"
+    assert caught.value.retryable is False
+
+
 def test_should_fail_when_the_server_is_too_slow(base_url: str) -> None:
     with pytest.raises(NodeError, match=f"GET {base_url}/slow failed: ") as caught:
         call({"url": f"{base_url}/slow", "timeout_seconds": 0.2})
@@ -174,3 +188,46 @@ def test_should_refuse_urls_that_are_not_http(url: str) -> None:
 
 def test_should_retry_three_times_by_default() -> None:
     assert HttpNode.retry.max_attempts == 3
+
+
+class Trickler:
+    """A raw TCP server that sends its reply one byte at a time and records how much it got to send."""
+
+    def __init__(self, reply: bytes, pause_seconds: float) -> None:
+        self.reply = reply
+        self.pause = pause_seconds
+        self.sent = 0
+        self.finished = threading.Event()
+        self._listener = socket.create_server(("127.0.0.1", 0))
+        self.url = f"http://127.0.0.1:{self._listener.getsockname()[1]}/"
+        threading.Thread(target=self._serve, daemon=True).start()
+
+    def _serve(self) -> None:
+        conn, _ = self._listener.accept()
+        with conn:
+            conn.recv(65536)
+            try:
+                for byte in self.reply:
+                    conn.sendall(bytes([byte]))
+                    self.sent += 1
+                    time.sleep(self.pause)
+            except OSError:
+                pass  # the client hung up: what the test wants to see
+        self.finished.set()
+        self._listener.close()
+
+
+HEADERS = b"HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\nContent-Length: 40\r\n\r\n"
+
+
+@pytest.mark.parametrize("reply", [HEADERS + b"x" * 40, b"HTTP/1.1 200 OK\r\n" + b"X-Slow: " + b"y" * 60 + b"\r\n\r\n"])
+def test_should_give_up_when_a_trickling_server_passes_the_whole_request_deadline(reply: bytes) -> None:
+    """One byte every 0.1 s never trips a per-read timeout of 0.5 s; the deadline covers the whole request."""
+    server = Trickler(reply, pause_seconds=0.1)
+    with pytest.raises(NodeError) as caught:
+        call({"url": server.url, "timeout_seconds": 0.5})
+    assert caught.value.message == f"GET {server.url} failed: no complete response within timeout_seconds=0.5"
+    assert caught.value.retryable is True
+    assert server.finished.wait(10)
+    # The client hung up near the deadline: the server got to send a small part of its reply.
+    assert server.sent < len(reply) // 2

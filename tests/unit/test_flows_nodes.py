@@ -2,14 +2,12 @@
 
 from __future__ import annotations
 
-import re
 import time
 from typing import Any
 
 import pytest
 from fireflow_worker.flows.model import NodeSpec, RetryPolicy
-from fireflow_worker.flows.nodes import FailNode, PythonNode, SleepNode, TemplateNode, TransformNode
-from fireflow_worker.flows.nodes.python import PythonParams
+from fireflow_worker.flows.nodes import FailNode, SleepNode, TemplateNode, TransformNode
 from fireflow_worker.flows.nodetype import AnyNodeType, NodeContext, NodeError, parse_params, retry_policy, run_node
 
 
@@ -153,77 +151,6 @@ def test_should_fail_only_the_first_attempts_when_fail_attempts_is_set() -> None
             run(FailNode, params, ctx(attempt=attempt))
     assert run(FailNode, params, ctx(attempt=3)) == {"succeeded_on_attempt": 3}
     assert run(FailNode, {"fail_attempts": 0}) == {"succeeded_on_attempt": 1}
-
-
-# --- python ---------------------------------------------------------------------------------------------
-
-
-@pytest.fixture
-def allow_stdlib(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv("FIREFLOW_PYTHON_NODE_MODULES", "json,textwrap, datetime ,os.path")
-
-
-@pytest.mark.usefixtures("allow_stdlib")
-def test_should_call_an_allowed_function_with_the_kwargs() -> None:
-    params = {"function": "textwrap:shorten", "kwargs": {"text": "one two three four", "width": 12}}
-    assert run(PythonNode, params) == "one [...]"
-    assert run(PythonNode, {"function": "json:dumps", "kwargs": {"obj": {"b": 1, "a": 2}, "sort_keys": True}}) == (
-        '{"a": 2, "b": 1}'
-    )
-
-
-@pytest.mark.usefixtures("allow_stdlib")
-def test_should_allow_submodules_of_an_allowed_module_and_not_lookalikes() -> None:
-    assert run(PythonNode, {"function": "json.encoder:py_encode_basestring", "kwargs": {"s": "ab"}}) == '"ab"'
-    assert run(PythonNode, {"function": "os.path:basename", "kwargs": {"p": "/a/b.txt"}}) == "b.txt"
-    for refused in ("os:getcwd", "jsonschema:validate", "textwrapper:x"):
-        with pytest.raises(NodeError, match="is not allowed by FIREFLOW_PYTHON_NODE_MODULES"):
-            run(PythonNode, {"function": refused})
-
-
-def test_should_refuse_everything_when_the_allow_list_is_empty(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv("FIREFLOW_PYTHON_NODE_MODULES", " , ")
-    with pytest.raises(NodeError, match="allows nothing") as caught:
-        run(PythonNode, {"function": "json:dumps"})
-    assert caught.value.retryable is False
-
-
-def test_should_check_the_allow_list_again_at_run_time(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv("FIREFLOW_PYTHON_NODE_MODULES", "json")
-    params = PythonParams.model_validate({"function": "json:dumps", "kwargs": {"obj": 1}})
-    monkeypatch.setenv("FIREFLOW_PYTHON_NODE_MODULES", "")
-    with pytest.raises(NodeError, match="is not allowed"):
-        run_node(PythonNode, params, ctx())
-
-
-@pytest.mark.usefixtures("allow_stdlib")
-@pytest.mark.parametrize(
-    "function",
-    ["json:_default_encoder", "json:__name__", "json:JSONDecoder.decode", "json", ":dumps", "json:dumps()"],
-)
-def test_should_refuse_private_names_and_attribute_chains(function: str) -> None:
-    with pytest.raises(NodeError, match=re.escape("must be 'package.module:function'")):
-        run(PythonNode, {"function": function})
-
-
-@pytest.mark.usefixtures("allow_stdlib")
-@pytest.mark.parametrize(
-    ("params", "message", "retryable"),
-    [
-        ({"function": "json:nope"}, "json:nope cannot be imported: module 'json' has no attribute 'nope'", False),
-        ({"function": "textwrap:nope"}, "textwrap:nope cannot be imported", False),
-        ({"function": "json.missing_mod:f"}, "json.missing_mod:f cannot be imported: No module named", False),
-        ({"function": "datetime:MINYEAR"}, "datetime:MINYEAR is not callable", False),
-        ({"function": "json:loads", "kwargs": {"s": "{"}}, "json:loads raised JSONDecodeError: Expecting", True),
-        ({"function": "json:dumps", "kwargs": {"nope": 1}}, "json:dumps raised TypeError:", True),
-        ({"function": "datetime:date", "kwargs": {"year": 2024, "month": 1, "day": 2}}, "is not JSON", False),
-    ],
-)
-def test_should_raise_a_node_error_when_the_call_fails(params: dict[str, Any], message: str, retryable: bool) -> None:
-    with pytest.raises(NodeError) as caught:
-        run(PythonNode, params)
-    assert message in caught.value.message
-    assert caught.value.retryable is retryable
 
 
 # --- the engine-facing helpers --------------------------------------------------------------------------

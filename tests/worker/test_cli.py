@@ -9,6 +9,9 @@ import sys
 from collections.abc import Callable
 from pathlib import Path
 
+import psycopg
+import pytest
+
 from tests.worker.proc import REPO_ROOT, WorkerProcess
 
 FIREFLOW_BIN = str(Path(sys.executable).with_name("fireflow"))
@@ -77,3 +80,65 @@ def test_should_run_flows_in_local_mode_on_a_sqlite_file(tmp_path: Path) -> None
         assert json.loads(result.stdout.splitlines()[-1])["result"]["card"]["recipient"] == "Local"
     finally:
         worker.stop()
+
+
+def _hostile_files(tmp_path: Path) -> dict[str, Path]:
+    """Flow files built to hurt the validator, and a few that merely cannot be read."""
+    node = "{type: template, params: {template: x}}"
+    chain = [f"  n{i}: {{type: template, params: {{template: '${{nodes.n{i - 1}}}'}}}}\n" for i in range(1, 10_000)]
+    texts: dict[str, str | bytes] = {
+        "alias-bomb": "\n".join(
+            ["name: bomb", 'a0: &a0 ["lol","lol","lol","lol","lol","lol","lol","lol","lol"]']
+            + [f"a{i}: &a{i} [{','.join([f'*a{i - 1}'] * 9)}]" for i in range(1, 9)]
+            + [f"nodes: {{t: {node}}}"]
+        ),
+        "deep-yaml": "name: deep\nnodes: {t: {type: template, params: {template: " + "[" * 5000 + "]" * 5000 + "}}}",
+        "deep-json": '{"name": "deep", "nodes": ' + '{"a":' * 5000 + "1" + "}" * 5000 + "}",
+        "chain-10000": "name: chain\nnodes:\n  n0: " + node + "\n" + "".join(chain),
+        "huge-number": "name: n\nnodes: {t: " + node + "}\nx: " + "9" * 5000,
+        "not-utf8": b"name: \xff\xfe\nnodes: {}\n",
+        "empty": "",
+        "a-list": "- a\n- b\n",
+        "binary": bytes(range(256)) * 4,
+        "unicode-names": "name: ünïcödé\nnodes:\n  ノード: " + node + "\n",
+    }
+    paths: dict[str, Path] = {}
+    for name, text in texts.items():
+        path = tmp_path / f"{name}.yaml"
+        if isinstance(text, bytes):
+            path.write_bytes(text)
+        else:
+            path.write_text(text)
+        paths[name] = path
+    paths["missing"] = tmp_path / "no-such-file.yaml"
+    paths["a-directory"] = tmp_path
+    return paths
+
+
+def test_should_exit_2_with_one_line_per_problem_for_every_hostile_flow_file(migrated_url: str, tmp_path: Path) -> None:
+    files = tmp_path / "files"
+    files.mkdir()
+    for name, path in _hostile_files(files).items():
+        result = _fireflow(migrated_url, "run", str(path), "--follow")
+        assert result.returncode == 2, (name, result.stdout, result.stderr)
+        lines = result.stderr.splitlines()
+        assert lines and all(line.startswith("error: ") for line in lines), (name, result.stderr)
+        assert "Traceback" not in result.stderr, name
+        assert result.stdout == "", name
+    with psycopg.connect(migrated_url) as conn:
+        row = conn.execute("SELECT count(*) FROM dbos.workflow_status").fetchone()
+    assert row is not None and row[0] == 0
+
+
+@pytest.mark.parametrize(
+    ("value", "message"),
+    [
+        ("[" * 5000 + "]" * 5000, "--input who: the value cannot be read"),
+        ("9" * 5000, "--input who: the value cannot be read"),
+    ],
+)
+def test_should_exit_2_for_an_input_that_cannot_be_read(migrated_url: str, value: str, message: str) -> None:
+    result = _fireflow(migrated_url, "run", GREET, "--input", f"who={value}")
+    assert result.returncode == 2
+    assert result.stderr.startswith(f"error: {message}")
+    assert len(result.stderr.splitlines()) == 1

@@ -94,12 +94,42 @@ def test_should_require_the_database_url_unless_local_mode_is_explicit() -> None
         ("FIREFLOW_HEALTH_PORT", "70000", "accepted: an integer from 0 to 65535"),
         ("DBOS_APPLICATION_NAME", "Bad Name", "must be 3 to 256 characters of a-z, 0-9, '-' and '_'"),
         ("FIREFLOW_LOCAL_MODE", "sometimes", "invalid FIREFLOW_LOCAL_MODE='sometimes'"),
+        ("FIREFLOW_MAX_NODE_OUTPUT_BYTES", "10", "accepted: an integer from 1024 to 1073741824"),
+        ("FIREFLOW_MAX_RUN_OUTPUT_BYTES", "lots", "invalid FIREFLOW_MAX_RUN_OUTPUT_BYTES='lots'"),
+        ("FIREFLOW_MAX_PARALLEL_NODES", "0", "accepted: an integer from 1 to 1000"),
+        ("FIREFLOW_MAX_FLOW_NODES", "100001", "accepted: an integer from 1 to 100000"),
+        ("FIREFLOW_MAX_RECOVERY_ATTEMPTS", "-1", "accepted: an integer from 0 to 10000"),
     ],
 )
 def test_should_name_the_variable_problem_and_range_when_a_value_is_bad(
     variable: str, value: str, expected: str
 ) -> None:
     assert expected in _error({"DATABASE_URL_EXECUTIONS": URL, variable: value})
+
+
+def test_should_apply_the_per_run_limits_when_set_and_keep_the_run_limit_above_the_node_limit() -> None:
+    defaults = load_config({"DATABASE_URL_EXECUTIONS": URL})
+    assert (defaults.max_node_output_bytes, defaults.max_run_output_bytes) == (4 << 20, 16 << 20)
+    assert (defaults.max_parallel_nodes, defaults.max_flow_nodes, defaults.max_recovery_attempts) == (8, 1000, 10)
+    assert (
+        _error(
+            {
+                "DATABASE_URL_EXECUTIONS": URL,
+                "FIREFLOW_MAX_NODE_OUTPUT_BYTES": "20000",
+                "FIREFLOW_MAX_RUN_OUTPUT_BYTES": "10000",
+            }
+        )
+        == "FIREFLOW_MAX_RUN_OUTPUT_BYTES=10000 must be at least FIREFLOW_MAX_NODE_OUTPUT_BYTES=20000"
+    )
+
+
+def test_should_refuse_a_url_whose_password_is_not_encoded_without_showing_it() -> None:
+    message = _error({"DATABASE_URL_EXECUTIONS": "postgresql://fireflow:s3cr3t@pw@127.0.0.1:5432/executions"})
+    assert message.startswith(
+        "DATABASE_URL_EXECUTIONS='postgresql://fireflow:***@127.0.0.1:5432/executions' is ambiguous"
+    )
+    assert "percent-encode" in message
+    assert "pw" not in message.replace("password", "")
 
 
 def test_should_redact_the_password_when_the_url_is_not_postgresql() -> None:

@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import signal
 import time
 from collections.abc import Callable
 from pathlib import Path
 
 import psycopg
+import pytest
 from fireflow_worker.client import FireflowClient
 
 from tests.worker import flows
@@ -113,3 +115,25 @@ def test_should_not_claim_new_runs_once_sigterm_arrived(
     assert worker.wait_exit(timeout=30) == 0
     assert _row(migrated_url, busy)[0] == "SUCCESS"
     assert _row(migrated_url, late)[0] == "ENQUEUED"
+
+
+def _signal_thread(pid: int, tid: int, signum: int) -> None:
+    """tgkill(2): deliver a signal to one thread of a process, as the kernel may when it signals the process."""
+    import ctypes  # noqa: PLC0415
+    import platform  # noqa: PLC0415
+
+    numbers = {"x86_64": 234, "aarch64": 131}
+    if platform.machine() not in numbers:
+        pytest.skip(f"no tgkill syscall number known for {platform.machine()}")
+    libc = ctypes.CDLL(None, use_errno=True)
+    assert libc.syscall(numbers[platform.machine()], pid, tid, signum) == 0, ctypes.get_errno()
+
+
+def test_should_drain_when_sigterm_lands_on_another_thread_than_the_main_one(start_worker: StartWorker) -> None:
+    worker = start_worker("worker-a", DBOS_SHUTDOWN_DRAIN_TIMEOUT_MS="1000")
+    assert worker.process is not None
+    pid = worker.process.pid
+    other = next(int(task.name) for task in Path(f"/proc/{pid}/task").iterdir() if int(task.name) != pid)
+    _signal_thread(pid, other, signal.SIGTERM)
+    _wait_for(lambda: worker.get("/readyz")[0] == 503, timeout=30, what="readiness to drop")
+    assert worker.wait_exit(timeout=30) == 0

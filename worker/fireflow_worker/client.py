@@ -1,4 +1,4 @@
-"""The Python API to enqueue runs and follow them: what `fireflow run` and `fireflow status` use.
+"""The Python API to enqueue runs, follow, cancel and resume them: what the `fireflow` command uses.
 
 A flow is validated, and the run's inputs checked against it, before anything is enqueued: a bad flow is
 a `FlowValidationError` and nothing reaches the queue.
@@ -6,6 +6,7 @@ a `FlowValidationError` and nothing reaches the queue.
 
 from __future__ import annotations
 
+import time
 import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -13,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from dbos import DBOSClient
+from dbos import error as dbos_error
 
 from fireflow_worker import queues
 from fireflow_worker.engine import EVENTS_STREAM, WORKFLOW_NAME
@@ -20,11 +22,31 @@ from fireflow_worker.flow_store import FlowNotFoundError, load_flow_definition, 
 from fireflow_worker.flows.document import DocumentError, parse_text
 from fireflow_worker.flows.validate import FlowValidationError, load_flow, validate_run_inputs
 
+TERMINAL_STATUSES = ("SUCCESS", "ERROR", "CANCELLED", "MAX_RECOVERY_ATTEMPTS_EXCEEDED")
+
+
+class RunNotFoundError(LookupError):
+    """No run has this id."""
+
+
+class RunStateError(RuntimeError):
+    """The run is not in a state that allows what was asked (cancel a finished run, resume a running one)."""
+
+
+class RunCancelledError(RuntimeError):
+    """The run was cancelled (it may be resumed)."""
+
+
+class RunAbandonedError(RuntimeError):
+    """The run's worker died every time it ran it, so DBOS stopped recovering it (it may be resumed)."""
+
 
 def read_flow_file(path: str | Path) -> dict[str, Any]:
     """Parse a YAML or JSON flow file into its definition (validated later, as a whole)."""
     try:
-        data = parse_text(Path(path).read_text())
+        data = parse_text(Path(path).read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError) as err:
+        raise FlowValidationError([f"{path}: cannot read the flow: {err}"]) from None
     except DocumentError as err:
         raise FlowValidationError([f"{path}: {err}"]) from None
     if not isinstance(data, dict):
@@ -40,11 +62,20 @@ class RunStatus:
     executor_id: str | None
     app_version: str | None
     output: Any
+    # One readable line for every run that did not succeed (a failure, a cancellation, an abandoned run).
     error: str | None
 
 
+def _abandoned_message(run_id: str, dispatches: int | None) -> str:
+    times = f"{dispatches - 1} times" if dispatches else "too many times"
+    return (
+        f"run {run_id} was abandoned: its worker ended {times} while running it (FIREFLOW_MAX_RECOVERY_ATTEMPTS); "
+        "a node may crash or exhaust its worker. `fireflow resume` tries it again"
+    )
+
+
 class FireflowClient:
-    """Enqueue and follow FireFlow runs on one executions database."""
+    """Enqueue, follow, cancel and resume FireFlow runs on one executions database."""
 
     def __init__(self, database_url: str, *, application_name: str = "fireflow") -> None:
         self._database_url = database_url
@@ -105,12 +136,44 @@ class FireflowClient:
         """The run's node events as they happen, until the run ends."""
         yield from self._dbos.read_stream(run_id, EVENTS_STREAM, timeout_seconds=timeout_seconds)
 
-    def result(self, run_id: str) -> Any:
-        """Wait for the run to end and return its result (raises the run's error if it failed)."""
-        return self._dbos.retrieve_workflow(run_id).get_result(polling_interval_sec=0.1)
+    def result(self, run_id: str, *, timeout_seconds: float | None = None) -> Any:
+        """Wait for the run to end and return its result.
+
+        Raises the run's error when it failed, RunCancelledError, RunAbandonedError, or TimeoutError when
+        `timeout_seconds` pass first.
+        """
+        if timeout_seconds is not None:
+            self.wait(run_id, timeout_seconds=timeout_seconds)
+        try:
+            return self._dbos.retrieve_workflow(run_id).get_result(polling_interval_sec=0.1)
+        except dbos_error.DBOSAwaitedWorkflowCancelledError:
+            raise RunCancelledError(f"run {run_id} was cancelled") from None
+        except dbos_error.DBOSAwaitedWorkflowMaxRecoveryAttemptsExceeded:
+            raise RunAbandonedError(self.status(run_id).error) from None
+
+    def wait(self, run_id: str, *, timeout_seconds: float) -> RunStatus:
+        """The run's status once it has ended; TimeoutError when it has not within `timeout_seconds`."""
+        deadline = time.monotonic() + timeout_seconds
+        pause = 0.05
+        while True:
+            status = self.status(run_id)
+            if status.status in TERMINAL_STATUSES:
+                return status
+            if time.monotonic() >= deadline:
+                raise TimeoutError(f"run {run_id} is still {status.status} after {timeout_seconds} s")
+            time.sleep(pause)
+            pause = min(pause * 2, 1.0)
 
     def status(self, run_id: str) -> RunStatus:
-        status = self._dbos.retrieve_workflow(run_id).get_status()
+        try:
+            status = self._dbos.retrieve_workflow(run_id).get_status()
+        except dbos_error.DBOSNonExistentWorkflowError:
+            raise RunNotFoundError(f"there is no run {run_id!r}") from None
+        error = None if status.error is None else str(status.error)
+        if status.status == "CANCELLED":
+            error = f"run {run_id} was cancelled"
+        elif status.status == "MAX_RECOVERY_ATTEMPTS_EXCEEDED":
+            error = _abandoned_message(run_id, getattr(status, "recovery_attempts", None))
         return RunStatus(
             run_id=run_id,
             status=str(status.status),
@@ -118,5 +181,49 @@ class FireflowClient:
             executor_id=status.executor_id,
             app_version=status.app_version,
             output=status.output,
-            error=None if status.error is None else str(status.error),
+            error=error,
         )
+
+    def cancel(self, run_id: str) -> RunStatus:
+        """Cancel a queued or running run: it ends CANCELLED at once, its running node is not retried."""
+        status = self.status(run_id)
+        if status.status == "CANCELLED":
+            return status
+        if status.status in TERMINAL_STATUSES:
+            raise RunStateError(f"run {run_id} already ended with {status.status}; there is nothing to cancel")
+        self._dbos.cancel_workflow(run_id)
+        return self.status(run_id)
+
+    def resume(self, run_id: str) -> str:
+        """Run a cancelled, abandoned or failed run again from where it stopped; returns the id that runs.
+
+        A cancelled or abandoned run resumes under its own id at its first unfinished node. A failed run's
+        failure is recorded, so it is forked instead: a new run (new id) that keeps every step recorded
+        before the first failed node and runs from that node on.
+        """
+        status = self.status(run_id)
+        if status.status == "SUCCESS":
+            raise RunStateError(f"run {run_id} succeeded; there is nothing to resume")
+        if status.status not in TERMINAL_STATUSES:
+            raise RunStateError(f"run {run_id} is {status.status}; only an ended run can be resumed")
+        queue = self._queue_of(run_id)
+        if status.status in ("CANCELLED", "MAX_RECOVERY_ATTEMPTS_EXCEEDED"):
+            self._dbos.resume_workflow(run_id, queue_name=queue)
+            return run_id
+        # Outputs are loaded with errors (DBOS reads both or neither); a run's outputs are bounded.
+        failed = [step for step in self._dbos.list_workflow_steps(run_id) if step["error"] is not None]
+        if not failed:
+            raise RunStateError(
+                f"run {run_id} failed outside any node ({status.error}); it would fail again: enqueue a new run"
+            )
+        start = min(step["function_id"] for step in failed)
+        handle: Any = self._dbos.fork_workflow(run_id, start, queue_name=queue)
+        return str(handle.get_workflow_id())
+
+    def _queue_of(self, run_id: str) -> str:
+        """The queue the run was enqueued on (its request says; DBOS clears it when a run ends)."""
+        (found,) = self._dbos.list_workflows(workflow_ids=[run_id], load_input=True, load_output=False)
+        inputs: Any = found.input or {}
+        args = inputs.get("args") or [{}]
+        queue = args[0].get("queue") if isinstance(args[0], dict) else None
+        return str(queue) if queue in queues.ALL_QUEUES else queues.EXECUTIONS

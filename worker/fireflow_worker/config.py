@@ -23,7 +23,7 @@ from pydantic import (
 )
 
 from fireflow_worker import __version__
-from fireflow_worker.dburl import redact_url
+from fireflow_worker.dburl import POSTGRES_SCHEMES, redact_url, url_problem
 from fireflow_worker.queues import ALL_QUEUES
 
 LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")
@@ -110,6 +110,13 @@ class WorkerConfig(BaseModel):
     )
     health_host: str = Field("0.0.0.0", alias="FIREFLOW_HEALTH_HOST")  # noqa: S104 - probes reach the pod IP
     health_port: int = Field(8080, alias="FIREFLOW_HEALTH_PORT", ge=0, le=65_535)
+    # Per-run limits (see run_limits.py): what one run may take from its worker.
+    max_node_output_bytes: int = Field(4 << 20, alias="FIREFLOW_MAX_NODE_OUTPUT_BYTES", ge=1024, le=1 << 30)
+    max_run_output_bytes: int = Field(16 << 20, alias="FIREFLOW_MAX_RUN_OUTPUT_BYTES", ge=1024, le=4 << 30)
+    max_parallel_nodes: int = Field(8, alias="FIREFLOW_MAX_PARALLEL_NODES", ge=1, le=1_000)
+    max_flow_nodes: int = Field(1_000, alias="FIREFLOW_MAX_FLOW_NODES", ge=1, le=100_000)
+    # Times a run may be recovered after its worker died while running it (DBOS's max_recovery_attempts).
+    max_recovery_attempts: int = Field(10, alias="FIREFLOW_MAX_RECOVERY_ATTEMPTS", ge=0, le=10_000)
 
     @model_validator(mode="after")
     def _database_or_local(self) -> WorkerConfig:
@@ -118,10 +125,17 @@ class WorkerConfig(BaseModel):
                 "DATABASE_URL_EXECUTIONS is required (a postgresql:// URL); "
                 "set FIREFLOW_LOCAL_MODE=true to run on a local SQLite file instead"
             )
-        if self.database_url is not None and not self.database_url.startswith(
-            ("postgresql://", "postgres://", "postgresql+psycopg://")
-        ):
-            raise ValueError(f"DATABASE_URL_EXECUTIONS={redact_url(self.database_url)!r} must be a postgresql:// URL")
+        if self.database_url is not None:
+            shown = f"DATABASE_URL_EXECUTIONS={redact_url(self.database_url)!r}"
+            if not self.database_url.startswith(POSTGRES_SCHEMES):
+                raise ValueError(f"{shown} must be a postgresql:// URL")
+            if problem := url_problem(self.database_url):
+                raise ValueError(f"{shown} {problem}")
+        if self.max_run_output_bytes < self.max_node_output_bytes:
+            raise ValueError(
+                f"FIREFLOW_MAX_RUN_OUTPUT_BYTES={self.max_run_output_bytes} must be at least "
+                f"FIREFLOW_MAX_NODE_OUTPUT_BYTES={self.max_node_output_bytes}"
+            )
         return self
 
     @property

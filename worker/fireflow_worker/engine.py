@@ -9,31 +9,50 @@ recorded output and never runs again.
 A durable sleep cannot happen inside a step (a restarted step would sleep again from zero). A node type
 marked `durable` asks for sleep through its context; the engine records the wake-up time as the step's
 output and sleeps the remainder in workflow code, so after a crash only what is left is slept.
+
+A run is bounded (see `run_limits`): at most `max_parallel_nodes` of its node steps run at once, each output
+and the run's total are limited. A cancelled run stops at once: the cancel watcher wakes it, its node tasks
+are cancelled (a node step already running in a thread finishes unobserved and is not retried), and the
+workflow ends as DBOS's cancellation, freeing its slot.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import time
 from dataclasses import dataclass, field
 from typing import Any
 
 from dbos import DBOS, StepOptions
+from dbos import error as dbos_error
+from prometheus_client import Counter
 
 from fireflow_worker import metrics
-from fireflow_worker.flow_store import ProvisionCache
+from fireflow_worker.cancellation import CancelWatcher
+from fireflow_worker.flow_store import FlowNotFoundError, ProvisionCache
 from fireflow_worker.flows.graph import dependencies, output_nodes, resolve_params, topological_layers
 from fireflow_worker.flows.model import Flow
-from fireflow_worker.flows.nodetype import NodeContext, NodeError, parse_params, retry_policy, run_node
+from fireflow_worker.flows.nodetype import retry_policy
 from fireflow_worker.flows.registry import default_registry
 from fireflow_worker.flows.validate import FlowValidationError, load_flow, validate_run_inputs
+from fireflow_worker.node_step import (
+    EVENTS_STREAM,
+    NodeCall,
+    node_finished_event,
+    now_ms,
+    one_line,
+    run_node_step,
+)
+from fireflow_worker.run_limits import OutputBudget, RunLimits
+
+__all__ = ["EVENTS_STREAM", "SETTINGS", "WORKFLOW_NAME", "RunFailedError", "register_workflow", "run_flow"]
 
 WORKFLOW_NAME = "fireflow.run_flow"
-EVENTS_STREAM = "events"
 
 
 class RunFailedError(Exception):
-    """A node failed after its retries; the run ends in ERROR with this message."""
+    """The run ends in ERROR with this one-line message (a node failed, the flow or its inputs are invalid)."""
 
 
 class _UpstreamFailedError(Exception):
@@ -45,101 +64,144 @@ class EngineSettings:
     """What the engine needs from the running worker; set once by the runtime before launch."""
 
     provision_cache: ProvisionCache | None = None
+    limits: RunLimits = field(default_factory=RunLimits)
+    cancel_watcher: CancelWatcher | None = None
     active_runs: set[str] = field(default_factory=set)
     # Runs whose execution here was cut short by shutdown: they stay PENDING for recovery.
     interrupted_runs: set[str] = field(default_factory=set)
 
+    def is_cancelled(self, run_id: str, ask_now: bool = False) -> bool:
+        return self.cancel_watcher is not None and self.cancel_watcher.is_cancelled(run_id, ask_now)
+
 
 SETTINGS = EngineSettings()
+_registered = False
 
 
-def _now_ms() -> int:
-    return int(time.time() * 1000)
+def register_workflow(max_recovery_attempts: int) -> None:
+    """Register `run_flow` with DBOS (once, before launch). A run dispatched more than `max_recovery_attempts`
+    + 1 times - its worker died while running it each time - ends as MAX_RECOVERY_ATTEMPTS_EXCEEDED."""
+    global _registered  # noqa: PLW0603 - DBOS's registry is process-wide too
+    if not _registered:
+        DBOS.workflow(name=WORKFLOW_NAME, max_recovery_attempts=max_recovery_attempts)(run_flow)
+        _registered = True
 
 
-class _DeferredSleep:
-    """Collects a durable node's sleep requests inside its step; the workflow sleeps them afterwards."""
-
-    def __init__(self) -> None:
-        self.seconds = 0.0
-
-    def __call__(self, seconds: float) -> None:
-        self.seconds += max(0.0, seconds)
-
-
-def _should_retry(err: BaseException) -> bool:
-    """Failures another attempt cannot fix (bad params, missing references) are not retried."""
-    return not (isinstance(err, NodeError) and not err.retryable)
-
-
-def _run_node_step(run_id: str, node_id: str, node_type_name: str, params: dict[str, Any]) -> dict[str, Any]:
-    """The body of one node's step: events around one attempt of the node."""
-    status = DBOS.step_status
-    attempt = 1 + (status.current_attempt or 0) if status is not None else 1
-    node_type = default_registry().get(node_type_name)
+async def run_flow(request: dict[str, Any]) -> dict[str, Any]:
+    """Execute one FireFlow run. `request` is `{"flow": {...}} | {"flow_ref": name}` plus `"inputs"`."""
+    run_id = DBOS.workflow_id or ""
+    queue = str(request.get("queue", "none")) if isinstance(request, dict) else "none"
+    metrics.RUNS_STARTED.labels(queue).inc()
+    metrics.ACTIVE_RUNS.inc()
+    SETTINGS.active_runs.add(run_id)
     started = time.monotonic()
-    DBOS.write_stream(
-        EVENTS_STREAM,
-        {"event": "node.started", "node": node_id, "type": node_type_name, "attempt": attempt, "at_ms": _now_ms()},
-    )
-    deferred_sleep = _DeferredSleep()
-    ctx = NodeContext(run_id=run_id, node_id=node_id, sleeper=deferred_sleep, attempt=attempt)
+    ended: Counter | None = metrics.RUNS_FAILED
     try:
-        output = run_node(node_type, parse_params(node_type, params), ctx)
-    except Exception as err:
-        elapsed = time.monotonic() - started
-        metrics.NODE_DURATION.labels(node_type_name, "failed").observe(elapsed)
-        DBOS.write_stream(
-            EVENTS_STREAM,
-            {
-                "event": "node.failed",
-                "node": node_id,
-                "attempt": attempt,
-                "error": str(err) or type(err).__name__,
-                "duration_ms": round(elapsed * 1000, 3),
-                "at_ms": _now_ms(),
-            },
-        )
+        result = await _run(request, run_id)
+        ended = metrics.RUNS_SUCCEEDED
+        return result
+    except dbos_error.DBOSWorkflowCancelledError:
+        ended = metrics.RUNS_CANCELLED
         raise
-    elapsed = time.monotonic() - started
-    metrics.NODE_DURATION.labels(node_type_name, "succeeded").observe(elapsed)
-    wake_at_ms = _now_ms() + int(deferred_sleep.seconds * 1000) if deferred_sleep.seconds else None
-    DBOS.write_stream(
-        EVENTS_STREAM,
-        {
-            "event": "node.finished",
-            "node": node_id,
-            "attempt": attempt,
-            "duration_ms": round(elapsed * 1000, 3),
-            "at_ms": _now_ms(),
-            **({"sleep_until_ms": wake_at_ms} if wake_at_ms else {}),
-        },
-    )
-    return {"output": output, "wake_at_ms": wake_at_ms}
+    except asyncio.CancelledError:
+        ended = None  # shutdown: not an outcome, the run is recovered later
+        SETTINGS.interrupted_runs.add(run_id)
+        raise
+    finally:
+        if ended is not None:
+            ended.labels(queue).inc()
+        metrics.RUN_DURATION.observe(time.monotonic() - started)
+        metrics.ACTIVE_RUNS.dec()
+        SETTINGS.active_runs.discard(run_id)
 
 
-def _provision(request: dict[str, Any]) -> dict[str, Any]:
-    """Resolve the run's flow (a stored one through the provision cache) and note the claim latency."""
+async def _run(request: Any, run_id: str) -> dict[str, Any]:
+    """The run between its events: every failure becomes one `run.failed` event and one RunFailedError."""
+    announced = False
+    try:
+        definition = await DBOS.run_step_async(_PROVISION_STEP, _provision, request)
+        flow = await asyncio.to_thread(load_flow, definition)  # off the event loop: every run shares it
+        await DBOS.write_stream_async(EVENTS_STREAM, {"event": "run.started", "flow": flow.name, "at_ms": now_ms()})
+        announced = True
+        # Enqueuers other than this package's client (the API, Flame Chorus) may not have checked inputs.
+        try:
+            inputs = validate_run_inputs(flow, request.get("inputs"))
+        except FlowValidationError as err:
+            raise RunFailedError(f"invalid run inputs: {err.one_line()}") from None
+        result = await _execute(flow, inputs, run_id)
+    except Exception as err:
+        failure = err if isinstance(err, RunFailedError) else RunFailedError(f"{type(err).__name__}: {one_line(err)}")
+        if not announced:
+            await DBOS.write_stream_async(
+                EVENTS_STREAM, {"event": "run.started", "flow": _flow_label(request), "at_ms": now_ms()}
+            )
+        await DBOS.write_stream_async(EVENTS_STREAM, {"event": "run.failed", "error": str(failure), "at_ms": now_ms()})
+        await DBOS.close_stream_async(EVENTS_STREAM)
+        raise failure from None
+    await DBOS.write_stream_async(EVENTS_STREAM, {"event": "run.finished", "at_ms": now_ms()})
+    await DBOS.close_stream_async(EVENTS_STREAM)
+    return result
+
+
+def _flow_label(request: Any) -> str | None:
+    """What names the flow of a run whose flow could not be loaded: its name if it has one, else its ref."""
+    if not isinstance(request, dict):
+        return None
+    flow = request.get("flow")
+    name = flow.get("name") if isinstance(flow, dict) else request.get("flow_ref")
+    return one_line(str(name), 200) if name is not None else None
+
+
+def _provision_retry(err: BaseException) -> bool:
+    # A lost database connection is worth another try; a missing or invalid flow is not.
+    return not isinstance(err, RunFailedError)
+
+
+_PROVISION_STEP: StepOptions = {
+    "name": "provision",
+    "retries_allowed": True,
+    "max_attempts": 8,
+    "interval_seconds": 1.0,
+    "backoff_rate": 1.5,
+    "should_retry": _provision_retry,
+}
+
+
+def _provision(request: Any) -> dict[str, Any]:
+    """Resolve the run's flow (a stored one through the provision cache), check it, note the claim latency."""
     status = DBOS.get_workflow_status(DBOS.workflow_id or "")
     if status is not None and status.created_at and status.dequeued_at:
         metrics.CLAIM_LATENCY.labels(status.queue_name or "none").observe(
             max(0.0, (status.dequeued_at - status.created_at) / 1000)
         )
+    if not isinstance(request, dict) or (request.get("flow") is None) == (request.get("flow_ref") is None):
+        raise RunFailedError("invalid run request: it must carry exactly one of flow and flow_ref")
     if request.get("flow") is not None:
-        definition: dict[str, Any] = request["flow"]
+        definition: Any = request["flow"]
     else:
         if SETTINGS.provision_cache is None:
             raise RunFailedError("this worker cannot resolve stored flows (no database-backed cache)")
-        definition = SETTINGS.provision_cache.get(str(request["flow_ref"]))
-    load_flow(definition)  # a stored flow may have changed since enqueue: validate what will run
-    return definition
+        try:
+            definition = SETTINGS.provision_cache.get(str(request["flow_ref"]))
+        except FlowNotFoundError as err:
+            raise RunFailedError(str(err)) from None
+    try:
+        load_flow(definition)  # a stored flow may have changed since enqueue: validate what will run
+    except FlowValidationError as err:
+        raise RunFailedError(f"invalid flow: {err.one_line()}") from None
+    result: dict[str, Any] = definition
+    return result
 
 
 async def _execute(flow: Flow, inputs: dict[str, Any], run_id: str) -> dict[str, Any]:
+    limits = SETTINGS.limits
     order = [node_id for layer in topological_layers(flow) for node_id in layer]
     reservations = {node_id: DBOS.reserve_step() for node_id in order}
     deps = dependencies(flow)
-    done: dict[str, asyncio.Future[Any]] = {node_id: asyncio.get_running_loop().create_future() for node_id in order}
+    loop = asyncio.get_running_loop()
+    done: dict[str, asyncio.Future[Any]] = {node_id: loop.create_future() for node_id in order}
+    budget = OutputBudget(limits.max_run_output_bytes)
+    slots = asyncio.Semaphore(limits.max_parallel_nodes)
 
     async def run_one(node_id: str) -> None:
         try:
@@ -149,25 +211,37 @@ async def _execute(flow: Flow, inputs: dict[str, Any], run_id: str) -> dict[str,
             return
         spec = flow.nodes[node_id]
         retry = retry_policy(default_registry().get(spec.type), spec)
-        options: StepOptions = {
-            "name": f"node:{node_id}",
-            "retries_allowed": retry.max_attempts > 1,
-            "max_attempts": retry.max_attempts,
-            "interval_seconds": retry.interval_seconds,
-            "backoff_rate": retry.backoff_rate,
-            "should_retry": _should_retry,
-        }
         try:
-            params = resolve_params(spec.params, inputs, outputs)
-            result = await reservations[node_id].run_async(options, _run_node_step, run_id, node_id, spec.type, params)
-        except Exception as err:
-            done[node_id].set_exception(RunFailedError(f"node {node_id!r} failed: {err}"))
+            params = resolve_params(spec.params, inputs, outputs, limits.max_node_output_bytes)
+            call = NodeCall(run_id, node_id, spec.type, params, limits, budget, SETTINGS.is_cancelled)
+            options: StepOptions = {
+                "name": f"node:{node_id}",
+                "retries_allowed": retry.max_attempts > 1,
+                "max_attempts": retry.max_attempts,
+                "interval_seconds": retry.interval_seconds,
+                "backoff_rate": retry.backoff_rate,
+                "should_retry": call.should_retry,
+            }
+            async with slots:
+                result = await reservations[node_id].run_async(options, run_node_step, call)
+        except dbos_error.DBOSMaxStepRetriesExceeded as err:
+            last = one_line(err.errors[-1]) if err.errors else one_line(err)
+            message = f"node {node_id!r} failed after {len(err.errors)} attempts: {last}"
+            done[node_id].set_exception(RunFailedError(message))
             return
+        except Exception as err:
+            done[node_id].set_exception(RunFailedError(f"node {node_id!r} failed: {one_line(err)}"))
+            return
+        budget.record(node_id, int(result.get("bytes", 0)))
         if result["wake_at_ms"]:
-            await asyncio.sleep(max(0.0, (result["wake_at_ms"] - _now_ms()) / 1000))
+            await asyncio.sleep(max(0.0, (result["wake_at_ms"] - now_ms()) / 1000))
+            duration_ms = now_ms() - result.get("started_at_ms", now_ms())
+            finished = node_finished_event(node_id, result.get("attempt", 1), duration_ms)
+            await DBOS.write_stream_async(EVENTS_STREAM, finished)
         done[node_id].set_result(result["output"])
 
-    await asyncio.gather(*(run_one(node_id) for node_id in order))
+    tasks = [loop.create_task(run_one(node_id)) for node_id in order]
+    await _until_done_or_cancelled(tasks, run_id)
     failures = [f.exception() for f in done.values()]
     first_failure = next((err for err in failures if isinstance(err, RunFailedError)), None)
     if first_failure is not None:
@@ -175,42 +249,25 @@ async def _execute(flow: Flow, inputs: dict[str, Any], run_id: str) -> dict[str,
     return {node_id: done[node_id].result() for node_id in output_nodes(flow)}
 
 
-@DBOS.workflow(name=WORKFLOW_NAME)
-async def run_flow(request: dict[str, Any]) -> dict[str, Any]:
-    """Execute one FireFlow run. `request` is `{"flow": {...}} | {"flow_ref": name}` plus `"inputs"`."""
-    run_id = DBOS.workflow_id or ""
-    queue = str(request.get("queue", "none"))
-    metrics.RUNS_STARTED.labels(queue).inc()
-    metrics.ACTIVE_RUNS.inc()
-    SETTINGS.active_runs.add(run_id)
-    started = time.monotonic()
+async def _until_done_or_cancelled(tasks: list[asyncio.Task[None]], run_id: str) -> None:
+    """Wait for every node task; if the run is cancelled meanwhile, stop them and end as DBOS's cancellation."""
+    everything: asyncio.Future[list[None]] = asyncio.gather(*tasks)
+    cancel_requested = asyncio.Event()
+    cancel_wait: asyncio.Future[Any] = asyncio.ensure_future(cancel_requested.wait())
+    watcher = SETTINGS.cancel_watcher
+    if watcher is not None:
+        watcher.watch(run_id, cancel_requested.set)
     try:
-        definition = await DBOS.run_step_async({"name": "provision"}, _provision, request)
-        flow = load_flow(definition)
-        await DBOS.write_stream_async(EVENTS_STREAM, {"event": "run.started", "flow": flow.name, "at_ms": _now_ms()})
-        try:
-            # Enqueuers other than this package's client (the API, Flame Chorus) may not have checked inputs.
-            try:
-                inputs = validate_run_inputs(flow, request.get("inputs"))
-            except FlowValidationError as err:
-                raise RunFailedError(f"invalid run inputs: {err}") from None
-            result = await _execute(flow, inputs, run_id)
-        except RunFailedError as err:
-            await DBOS.write_stream_async(EVENTS_STREAM, {"event": "run.failed", "error": str(err), "at_ms": _now_ms()})
-            await DBOS.close_stream_async(EVENTS_STREAM)
-            raise
-        await DBOS.write_stream_async(EVENTS_STREAM, {"event": "run.finished", "at_ms": _now_ms()})
-        await DBOS.close_stream_async(EVENTS_STREAM)
-    except asyncio.CancelledError:
-        SETTINGS.interrupted_runs.add(run_id)  # shutdown: not an outcome, the run is recovered later
-        raise
-    except BaseException:
-        metrics.RUNS_FAILED.labels(queue).inc()
-        raise
-    else:
-        metrics.RUNS_SUCCEEDED.labels(queue).inc()
-        return result
+        waited: set[asyncio.Future[Any]] = {everything, cancel_wait}
+        finished, _ = await asyncio.wait(waited, return_when=asyncio.FIRST_COMPLETED)
+        if everything not in finished:
+            raise dbos_error.DBOSWorkflowCancelledError(f"Workflow {run_id} is cancelled. Stopping its nodes.")
+        everything.result()  # what a node task raised past its own failure: DBOS's cancellation, seen by a step
     finally:
-        metrics.RUN_DURATION.observe(time.monotonic() - started)
-        metrics.ACTIVE_RUNS.dec()
-        SETTINGS.active_runs.discard(run_id)
+        if watcher is not None:
+            watcher.unwatch(run_id)
+        cancel_wait.cancel()
+        if not everything.done():
+            everything.cancel()
+            with contextlib.suppress(BaseException):
+                await everything

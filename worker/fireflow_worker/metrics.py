@@ -21,6 +21,9 @@ RUNS_SUCCEEDED = Counter(
     "fireflow_runs_succeeded", "Runs that finished successfully here.", ["queue"], registry=REGISTRY
 )
 RUNS_FAILED = Counter("fireflow_runs_failed", "Runs that ended in an error here.", ["queue"], registry=REGISTRY)
+RUNS_CANCELLED = Counter(
+    "fireflow_runs_cancelled", "Runs that were cancelled while executing here.", ["queue"], registry=REGISTRY
+)
 ACTIVE_RUNS = Gauge("fireflow_active_runs", "Runs executing in this process now.", registry=REGISTRY)
 RUN_DURATION = Histogram(
     "fireflow_run_duration_seconds",

@@ -4,6 +4,10 @@ DBOS installs no SIGTERM handler and `DBOS.destroy` does not stop running workfl
 interpreter would wait for them at exit. The worker therefore: SIGTERM -> not ready -> `destroy` with the
 drain timeout -> flush logs -> `os._exit`. What is still running stays PENDING under this executor id and is
 recovered at the next launch with the same id.
+
+Beside DBOS, three threads of the worker's own: the queue-depth sampler, the cancel watcher and the machinery
+watchdog (a broken worker -> not ready -> exit 70). All of them use DBOS's pooled engine, whose connections
+carry the worker's `application_name`.
 """
 
 from __future__ import annotations
@@ -14,20 +18,31 @@ import os
 import signal
 import sys
 import threading
+import time
 from types import FrameType
 
+import sqlalchemy as sa
 from dbos import DBOS, DBOSConfig
 
-from fireflow_worker import engine, metrics, queues, schema
+from fireflow_worker import engine, queues, schema, worker_db
+from fireflow_worker.cancellation import CancelWatcher
 from fireflow_worker.config import WorkerConfig
-from fireflow_worker.dburl import redact_url
-from fireflow_worker.flow_store import ProvisionCache, load_flow_definition
+from fireflow_worker.dburl import mask_logs, redact_url
+from fireflow_worker.flow_store import ProvisionCache
 from fireflow_worker.health import HealthServer, HealthState
+from fireflow_worker.run_limits import RunLimits
+from fireflow_worker.sampler import QueueDepthSampler
+from fireflow_worker.watchdog import MachineryWatchdog, dbos_probes
 
 log = logging.getLogger("fireflow.worker")
 
-QUEUE_DEPTH_SAMPLE_SECONDS = 5.0
 WORKER_CONNECTION_PREFIX = "fireflow-worker:"
+# The exit status of a worker whose machinery broke (EX_SOFTWARE); Kubernetes restarts it.
+EXIT_BROKEN = 70
+# How often the main thread wakes to run a signal handler Python could not run while it waited.
+SIGNAL_CHECK_SECONDS = 0.2
+# How long a broken worker stays up answering 503 before it exits, so that probes and logs show why.
+BROKEN_GRACE_SECONDS = 2.0
 
 
 class StartupError(Exception):
@@ -75,46 +90,24 @@ def register_queues(config: WorkerConfig) -> None:
             raise StartupError(_explain(err, config)) from None
 
 
-class QueueDepthSampler(threading.Thread):
-    """Samples ENQUEUED/PENDING counts per queue into a gauge, off the request path of /metrics."""
+def configure_logging(level: str, database_url: str) -> None:
+    """The worker's log on stderr, with the database password masked in every record (DBOS's included).
 
-    def __init__(self, dbos: DBOS, served: list[str]) -> None:
-        super().__init__(name="queue-depth", daemon=True)
-        self._dbos = dbos
-        self._served = served
-        self.stopped = threading.Event()
-
-    def run(self) -> None:
-        import sqlalchemy as sa  # noqa: PLC0415 - DBOS's own dependency
-
-        # DBOS's pooled engine (a private attribute of the pinned version) avoids one more connection.
-        engine_ = self._dbos._sys_db.engine
-        table = "dbos.workflow_status" if engine_.dialect.name == "postgresql" else "workflow_status"
-        query = sa.text(
-            f"SELECT queue_name, status, count(*) FROM {table} "  # noqa: S608 - constant table name
-            "WHERE queue_name IS NOT NULL AND status IN ('ENQUEUED', 'PENDING') GROUP BY queue_name, status"
-        )
-        while True:
-            try:
-                with engine_.connect() as conn:
-                    counts = {(row[0], row[1]): int(row[2]) for row in conn.execute(query)}
-            except Exception:
-                metrics.QUEUE_DEPTH_SAMPLE_ERRORS.inc()
-            else:
-                for name in self._served:
-                    for status in ("ENQUEUED", "PENDING"):
-                        metrics.QUEUE_DEPTH.labels(name, status).set(counts.get((name, status), 0))
-            if self.stopped.wait(QUEUE_DEPTH_SAMPLE_SECONDS):
-                return
-
-
-def configure_logging(level: str) -> None:
+    Uncaught exceptions of any thread are logged through the same mask instead of printed raw.
+    """
     logging.basicConfig(level=level, stream=sys.stderr, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    mask_logs([database_url])
+    sys.excepthook = lambda kind, value, tb: log.critical("uncaught exception", exc_info=(kind, value, tb))
+    threading.excepthook = lambda hook: log.error(
+        "uncaught exception in thread %s",
+        hook.thread.name if hook.thread else "?",
+        exc_info=(hook.exc_type, hook.exc_value or hook.exc_type(), hook.exc_traceback),
+    )
 
 
 def run_worker(config: WorkerConfig) -> int:
     """Run until SIGTERM/SIGINT; returns the exit status (the caller exits with it)."""
-    configure_logging(config.log_level)
+    configure_logging(config.log_level, config.system_database_url)
     if config.worker_id is None:
         log.warning(
             "FIREFLOW_WORKER_ID is unset: this worker runs as executor 'local'. Replicas sharing one id re-run "
@@ -148,46 +141,101 @@ def run_worker(config: WorkerConfig) -> int:
         log.error("cannot start: %s", err)
         server.stop()
         return 1
-    sampler = QueueDepthSampler(dbos, config.queues)
+    sampler = QueueDepthSampler(lambda: _sys_engine(dbos), config.queues)
     sampler.start()
+    watchdog = MachineryWatchdog(dbos_probes(dbos), lambda problem: _exit_broken(state, problem))
+    watchdog.start()
     if not stop.is_set():
         state.mark_ready()
         log.info("ready: executor %s serving %s", config.executor_id, ", ".join(config.queues))
-    stop.wait()
+    # A timed wait, not `stop.wait()`: a signal delivered to another thread (DBOS's, the watchdog's...) does not
+    # interrupt the main thread's lock wait, and Python runs signal handlers only in the main thread.
+    while not stop.wait(SIGNAL_CHECK_SECONDS):
+        pass
+    watchdog.stopped.set()
     sampler.stopped.set()
+    if engine.SETTINGS.cancel_watcher is not None:
+        engine.SETTINGS.cancel_watcher.stopped.set()
     drain_seconds = math.ceil(config.drain_timeout_ms / 1000)
     active = len(engine.SETTINGS.active_runs)
     log.info("draining: %d run(s) active, waiting up to %d s", active, drain_seconds)
     DBOS.destroy(workflow_completion_timeout_sec=drain_seconds)
-    left = len(engine.SETTINGS.active_runs | engine.SETTINGS.interrupted_runs)
+    left = sorted(engine.SETTINGS.active_runs | engine.SETTINGS.interrupted_runs)
     if left:
-        log.info("%d run(s) still running stay PENDING for recovery under executor %s", left, config.executor_id)
+        log.info("%d run(s) still running stay PENDING for recovery under executor %s", len(left), config.executor_id)
+        _refund(config, left)
     log.info("stopped")
+    _flush_and_exit(0)
+    return 0  # not reached
+
+
+def _refund(config: WorkerConfig, run_ids: list[str]) -> None:
+    """A drained run was not killed by its worker: its dispatch must not count towards abandoning it."""
+    if config.database_url is None:
+        return
+    try:
+        refunded = worker_db.refund_drained_dispatches(
+            config.database_url, connection_application_name(config.executor_id), config.executor_id, run_ids
+        )
+    except Exception as err:
+        log.warning("cannot return the drained runs' recovery attempts: %s", _one_line(err))
+    else:
+        log.info("returned the recovery attempt of %d drained run(s)", refunded)
+
+
+def _flush_and_exit(status: int) -> None:
     logging.shutdown()
     sys.stdout.flush()
     sys.stderr.flush()
     # Running workflow threads would otherwise keep the interpreter alive past the drain.
-    os._exit(0)
+    os._exit(status)
+
+
+def _exit_broken(state: HealthState, problem: str) -> None:
+    """The worker cannot run anything any more: say so on /readyz and in the log, then exit for a restart."""
+    state.mark_not_ready(f"broken: {problem}")
+    log.critical(
+        "the worker's machinery is broken: %s; exiting with status %d so that it is restarted "
+        "(its runs stay PENDING and are recovered under the same executor id)",
+        problem,
+        EXIT_BROKEN,
+    )
+    time.sleep(BROKEN_GRACE_SECONDS)
+    _flush_and_exit(EXIT_BROKEN)
+
+
+def _sys_engine(dbos: DBOS) -> sa.Engine:
+    """DBOS's pooled system-database engine (a private attribute of the pinned version), once launched."""
+    sys_engine: sa.Engine = dbos._sys_db.engine
+    return sys_engine
 
 
 def _launch(config: WorkerConfig) -> DBOS:
-    engine.SETTINGS.provision_cache = (
-        None
-        if config.database_url is None
-        else ProvisionCache(
-            lambda name: load_flow_definition(config.system_database_url, name),
+    dbos = DBOS(config=dbos_config(config))
+    mask_logs([config.system_database_url])  # again: DBOS added its own handlers while constructing
+    engine.SETTINGS.limits = RunLimits(
+        max_node_output_bytes=config.max_node_output_bytes,
+        max_run_output_bytes=config.max_run_output_bytes,
+        max_parallel_nodes=config.max_parallel_nodes,
+    )
+    # Both read through the pool lazily: recovered runs may start as soon as DBOS launches.
+    if config.database_url is not None:
+        engine.SETTINGS.provision_cache = ProvisionCache(
+            lambda name: worker_db.load_flow_definition(_sys_engine(dbos), name),
             config.provision_cache_ttl_ms / 1000,
         )
-    )
-    dbos = DBOS(config=dbos_config(config))
+    watcher = CancelWatcher(lambda run_ids: worker_db.cancelled_among(_sys_engine(dbos), run_ids))
+    engine.SETTINGS.cancel_watcher = watcher
+    engine.register_workflow(config.max_recovery_attempts)
     DBOS.listen_queues(config.queues)
     try:
         DBOS.launch()
     except Exception as err:
         raise StartupError(_explain(err, config)) from None
+    watcher.start()
     if config.database_url is not None:
         try:
-            schema.install(config.database_url)
+            schema.install_pooled(_sys_engine(dbos))
         except Exception as err:
             raise StartupError(f"cannot install the run-end trigger and flows table: {_one_line(err)}") from None
     register_queues(config)

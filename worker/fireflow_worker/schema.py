@@ -10,6 +10,7 @@ from __future__ import annotations
 from typing import Any
 
 import psycopg
+import sqlalchemy as sa
 
 from fireflow_worker.dburl import libpq_url
 
@@ -68,12 +69,28 @@ def install(database_url: str) -> bool:
     Needs DBOS's schema to exist (the trigger is on `dbos.workflow_status`).
     """
     with psycopg.connect(libpq_url(database_url), connect_timeout=10) as conn:
+        return _install_on(conn)
+
+
+def install_pooled(engine: sa.Engine) -> bool:
+    """`install` on a connection of a worker's pool (a worker opens no connection outside DBOS's pool)."""
+    pooled = engine.raw_connection()
+    try:
+        conn: psycopg.Connection[Any] = pooled.driver_connection  # type: ignore[assignment]
+        return _install_on(conn)
+    finally:
+        pooled.close()
+
+
+def _install_on(conn: psycopg.Connection[Any]) -> bool:
+    found = installed_version(conn)
+    conn.commit()  # end the read's implicit transaction, so that the one below is real, not a savepoint
+    if found == OBJECTS_VERSION:
+        return False
+    with conn.transaction():
+        conn.execute("SELECT pg_advisory_xact_lock(%s)", (_INSTALL_LOCK_KEY,))
         if installed_version(conn) == OBJECTS_VERSION:
             return False
-        with conn.transaction():
-            conn.execute("SELECT pg_advisory_xact_lock(%s)", (_INSTALL_LOCK_KEY,))
-            if installed_version(conn) == OBJECTS_VERSION:
-                return False
-            for statement in _STATEMENTS:
-                conn.execute(statement)
-        return True
+        for statement in _STATEMENTS:
+            conn.execute(statement)
+    return True

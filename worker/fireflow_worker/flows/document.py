@@ -8,6 +8,8 @@ from typing import Any
 
 import yaml
 
+from fireflow_worker.flows.limits import MAX_NESTING_DEPTH
+
 Loc = tuple[str | int, ...]
 
 
@@ -16,7 +18,33 @@ class DocumentError(ValueError):
 
 
 class _FlowLoader(yaml.SafeLoader):
-    """SafeLoader that rejects duplicate keys and keeps dates as strings (a flow is JSON data)."""
+    """SafeLoader that rejects duplicate keys, aliases and deep nesting, and keeps dates as strings.
+
+    A flow is JSON data, which has no aliases: refusing them removes the "billion laughs" expansion, where
+    a few hundred bytes of nested aliases stand for billions of values. Nesting is bounded while composing,
+    before PyYAML's recursion could reach Python's recursion limit.
+    """
+
+    def __init__(self, stream: str) -> None:
+        super().__init__(stream)
+        self._depth = 0
+
+    def compose_node(self, parent: yaml.Node | None, index: int) -> yaml.Node | None:
+        if self.check_event(yaml.AliasEvent):
+            event: yaml.AliasEvent = self.peek_event()  # type: ignore[no-untyped-call]
+            problem = f"aliases (*{event.anchor}) are not allowed in a flow; write the value out"
+            mark: yaml.Mark | None = event.start_mark  # type: ignore[assignment]
+            raise yaml.composer.ComposerError(None, None, problem, mark)
+        self._depth += 1
+        try:
+            if self._depth > MAX_NESTING_DEPTH + 1:
+                mark = self.peek_event().start_mark  # type: ignore[no-untyped-call]
+                raise yaml.composer.ComposerError(
+                    None, None, f"the document is nested more than {MAX_NESTING_DEPTH} levels deep", mark
+                )
+            return super().compose_node(parent, index)
+        finally:
+            self._depth -= 1
 
 
 _FlowLoader.yaml_implicit_resolvers = {
@@ -59,8 +87,18 @@ def parse_text(text: str) -> Any:
             return json.loads(text, object_pairs_hook=_object_without_duplicates)
         except json.JSONDecodeError:
             pass  # YAML flow style also starts with "{"; report YAML's error if both fail
+        except RecursionError:
+            raise DocumentError(f"the document is nested more than {MAX_NESTING_DEPTH} levels deep") from None
+        except DocumentError:
+            raise
+        except ValueError as exc:  # e.g. an integer beyond Python's 4300-digit conversion limit
+            raise DocumentError(f"JSON: {exc}") from None
     try:
         return yaml.load(text, Loader=_FlowLoader)  # noqa: S506 - a SafeLoader subclass
+    except RecursionError:
+        raise DocumentError(f"the document is nested more than {MAX_NESTING_DEPTH} levels deep") from None
+    except ValueError as exc:  # a constructor's conversion failed (huge integer)
+        raise DocumentError(f"YAML: {exc}") from None
     except yaml.MarkedYAMLError as exc:
         where = f" at line {exc.problem_mark.line + 1} column {exc.problem_mark.column + 1}" if exc.problem_mark else ""
         context = f" ({exc.context})" if exc.context else ""

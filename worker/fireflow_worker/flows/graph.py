@@ -10,6 +10,7 @@ import copy
 from collections.abc import Iterable, Mapping
 from typing import Any
 
+from fireflow_worker.flows.limits import format_bytes, json_bytes
 from fireflow_worker.flows.model import Flow, NodeSpec
 from fireflow_worker.flows.nodetype import NodeError
 from fireflow_worker.flows.refs import Reference, ReferenceSyntaxError, lookup_path, scan, substitute
@@ -48,72 +49,112 @@ def output_nodes(flow: Flow) -> list[str]:
 
 
 def topological_layers(flow: Flow) -> list[list[str]]:
-    """Nodes grouped so that each depends only on earlier layers; one layer's nodes may run concurrently."""
+    """Nodes grouped so that each depends only on earlier layers; one layer's nodes may run concurrently.
+
+    Kahn's algorithm, layer by layer: linear in nodes plus edges (a 10,000-node chain is one pass).
+    """
     deps = dependencies(flow)
-    placed: set[str] = set()
-    remaining = list(flow.nodes)
+    position = {node_id: index for index, node_id in enumerate(flow.nodes)}
+    waiting_on = {node_id: len(ds) for node_id, ds in deps.items()}
+    users: dict[str, list[str]] = {node_id: [] for node_id in deps}
+    for node_id, ds in deps.items():
+        for dep in ds:
+            if dep not in users:
+                raise ValueError(f"flow {flow.name!r}: node {node_id!r} depends on unknown node {dep!r}")
+            users[dep].append(node_id)
+    layer = [node_id for node_id, count in waiting_on.items() if count == 0]
     layers: list[list[str]] = []
-    while remaining:
-        layer = [node_id for node_id in remaining if deps[node_id] <= placed]
-        if not layer:
-            raise ValueError(f"flow {flow.name!r} has a cycle or an unknown dependency among {remaining}")
+    while layer:
         layers.append(layer)
-        placed.update(layer)
-        remaining = [node_id for node_id in remaining if node_id not in placed]
+        ready: list[str] = []
+        for node_id in layer:
+            for user in users[node_id]:
+                waiting_on[user] -= 1
+                if waiting_on[user] == 0:
+                    ready.append(user)
+        layer = sorted(ready, key=position.__getitem__)
+    placed = sum(len(each) for each in layers)
+    if placed < len(deps):
+        stuck = [node_id for node_id, count in waiting_on.items() if count > 0]
+        raise ValueError(f"flow {flow.name!r} has a dependency cycle among {len(stuck)} nodes, e.g. {stuck[:5]}")
     return layers
 
 
-def find_cycles(deps: Mapping[str, Iterable[str]]) -> list[list[str]]:
-    """Dependency cycles as paths `[a, b, a]` (a waits for b, b for a), each once; unknown ids are ignored.
+def find_cycles(deps: Mapping[str, Iterable[str]], limit: int = 10) -> tuple[list[list[str]], int]:
+    """Dependency cycles as paths `[a, b, a]` (a waits for b, b for a): at most `limit` of them, and how many
+    were found in all. Unknown ids are ignored.
 
-    Not every elementary cycle is listed, but a graph with any cycle yields at least one.
+    Not every elementary cycle is listed, but a graph with any cycle yields at least one. Iterative and
+    linear in nodes plus edges (plus the length of the cycles kept), so a long chain cannot exhaust it.
     """
     order = {node_id: index for index, node_id in enumerate(deps)}
     ordered = {n: sorted((d for d in set(ds) if d in order), key=order.__getitem__) for n, ds in deps.items()}
     state = dict.fromkeys(deps, 0)  # 0 unvisited, 1 on the current path, 2 done
+    on_path: dict[str, int] = {}  # node -> its index in `path`
     cycles: list[list[str]] = []
-    seen: set[tuple[str, ...]] = set()
+    found = 0
     for start in deps:
         if state[start]:
             continue
         path = [start]
+        on_path[start] = 0
         stack = [iter(ordered[start])]
         state[start] = 1
-        while stack:  # iterative DFS: a long chain must not hit the recursion limit
+        while stack:
             nxt = next(stack[-1], None)
             if nxt is None:
-                state[path.pop()] = 2
+                done = path.pop()
+                del on_path[done]
+                state[done] = 2
                 stack.pop()
             elif state[nxt] == 1:
-                cycle = path[path.index(nxt) :]
-                pivot = cycle.index(min(cycle, key=order.__getitem__))
-                key = tuple(cycle[pivot:] + cycle[:pivot])
-                if key not in seen:
-                    seen.add(key)
-                    cycles.append([*key, key[0]])
+                found += 1
+                if len(cycles) < limit:
+                    cycle = path[on_path[nxt] :]
+                    pivot = cycle.index(min(cycle, key=order.__getitem__))
+                    rotated = cycle[pivot:] + cycle[:pivot]
+                    cycles.append([*rotated, rotated[0]])
             elif state[nxt] == 0:
                 state[nxt] = 1
+                on_path[nxt] = len(path)
                 path.append(nxt)
                 stack.append(iter(ordered[nxt]))
-    return cycles
+    return cycles, found
 
 
-def resolve_params(params: Mapping[str, Any], inputs: Mapping[str, Any], outputs: Mapping[str, Any]) -> dict[str, Any]:
+def resolve_params(
+    params: Mapping[str, Any],
+    inputs: Mapping[str, Any],
+    outputs: Mapping[str, Any],
+    max_bytes: int | None = None,
+) -> dict[str, Any]:
     """The params with every reference replaced by the run input or node output it names.
 
     Raises a non-retryable NodeError when a reference cannot be resolved (a path into an output that
-    lacks it, or a node that has not produced an output).
+    lacks it, or a node that has not produced an output), or when the referenced values together exceed
+    `max_bytes`: a template naming a large output a hundred times must fail before it is built.
     """
+    used = 0
 
     def lookup(ref: Reference) -> Any:
+        nonlocal used
         source, what = (inputs, "input") if ref.root == "inputs" else (outputs, "output of node")
         if ref.name not in source:
             raise NodeError(f"{ref}: there is no {what} {ref.name!r}", retryable=False)
         try:
-            # A copy: a node (user code in `python`) must not be able to change another node's output.
-            return copy.deepcopy(lookup_path(source[ref.name], ref.path))
+            found = lookup_path(source[ref.name], ref.path)
         except LookupError as exc:
             raise NodeError(f"{ref}: in the {what} {ref.name!r}, {exc.args[0]}", retryable=False) from exc
+        if max_bytes is not None:
+            used += json_bytes(found)
+            if used > max_bytes:
+                raise NodeError(
+                    f"the params' references resolve to more than {format_bytes(max_bytes)} of data "
+                    "(FIREFLOW_MAX_NODE_OUTPUT_BYTES)",
+                    retryable=False,
+                )
+        # A copy: a node (user code in `python`) must not be able to change another node's output.
+        return copy.deepcopy(found)
 
     try:
         resolved: dict[str, Any] = substitute(dict(params), lookup)

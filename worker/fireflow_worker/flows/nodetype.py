@@ -25,6 +25,14 @@ class NodeError(Exception):
         self.message = message
         self.retryable = retryable
 
+    def __reduce__(self) -> tuple[Any, ...]:
+        # DBOS stores a failed step's exception by pickling it; keep `retryable` across the copy.
+        return (_node_error, (self.message, self.retryable))
+
+
+def _node_error(message: str, retryable: bool) -> NodeError:
+    return NodeError(message, retryable=retryable)
+
 
 @dataclass(frozen=True)
 class NodeContext:

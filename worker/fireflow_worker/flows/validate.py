@@ -7,19 +7,18 @@ each, naming the node (or input) and the field.
 from __future__ import annotations
 
 import copy
-import difflib
 import os
-import types
-from collections.abc import Iterable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, TypeVar, Union, get_args, get_origin
+from typing import Any
 
-from pydantic import BaseModel, ValidationError
-from pydantic_core import ErrorDetails
+from pydantic import ValidationError
 
 from fireflow_worker.flows.document import DocumentError, Loc, json_problems, loc_text, parse_text
 from fireflow_worker.flows.graph import find_cycles, node_dependencies
+from fireflow_worker.flows.limits import MAX_FLOW_NODES_ENV, max_flow_nodes, nesting_problem
+from fireflow_worker.flows.messages import Suggester, error_line, flow_error_line
 from fireflow_worker.flows.model import (
     INPUT_NAME_PATTERN,
     INPUT_NAME_RE,
@@ -32,19 +31,34 @@ from fireflow_worker.flows.model import (
     type_problem,
 )
 from fireflow_worker.flows.nodetype import AnyNodeType
+from fireflow_worker.flows.parts import FlowParts
 from fireflow_worker.flows.refs import ReferenceSyntaxError, has_reference, json_kind, scan
 from fireflow_worker.flows.registry import NodeRegistry, default_registry
 
-M = TypeVar("M", bound=BaseModel)
 _SCALARS = {InputType.STRING, InputType.NUMBER, InputType.INTEGER, InputType.BOOLEAN}
 
 
+# A flow with thousands of broken nodes reads best as its first problems and a count of the rest.
+_PROBLEMS_SHOWN = 100
+
+
 class FlowValidationError(ValueError):
-    """A flow or a run's inputs are invalid; str() is one line per problem."""
+    """A flow or a run's inputs are invalid; str() is one line per problem (the first 100, then a count)."""
 
     def __init__(self, problems: list[str]) -> None:
         self.problems = list(problems)
-        super().__init__("\n".join(self.problems))
+        shown = self.problems[:_PROBLEMS_SHOWN]
+        if len(self.problems) > _PROBLEMS_SHOWN:
+            shown.append(f"... and {len(self.problems) - _PROBLEMS_SHOWN} more problems")
+        super().__init__("\n".join(shown))
+
+    def __reduce__(self) -> tuple[type[FlowValidationError], tuple[list[str]]]:
+        # Rebuilt from its problems, not from str(): DBOS pickles a step's error and raises the copy.
+        return (type(self), (self.problems,))
+
+    def one_line(self) -> str:
+        """The problems joined into one sentence, for a run's error and its `run.failed` event."""
+        return "; ".join(str(self).split("\n"))
 
 
 def load_flow(source: str | bytes | Mapping[str, Any], registry: NodeRegistry | None = None) -> Flow:
@@ -60,6 +74,8 @@ def load_flow(source: str | bytes | Mapping[str, Any], registry: NodeRegistry | 
         raise FlowValidationError([str(exc)]) from None
     if not isinstance(data, Mapping):
         raise FlowValidationError([f"a flow is a mapping with at least name and nodes, got {json_kind(data)}"])
+    if too_deep := nesting_problem(dict(data), where="the document"):
+        raise FlowValidationError([too_deep])
     if json_issues := json_problems(dict(data)):
         raise FlowValidationError(json_issues)
     problems: list[str] = []
@@ -67,8 +83,8 @@ def load_flow(source: str | bytes | Mapping[str, Any], registry: NodeRegistry | 
     try:
         flow = Flow.model_validate(dict(data))
     except ValidationError as exc:
-        problems += [_flow_error_line(error) for error in exc.errors()]
-    parts = _Parts.of_flow(flow) if flow is not None else _Parts.salvage(data)
+        problems += [flow_error_line(error) for error in exc.errors()]
+    parts = FlowParts.of_flow(flow) if flow is not None else FlowParts.salvage(data)
     problems += _check(parts, registry if registry is not None else default_registry())
     if problems or flow is None:
         raise FlowValidationError(problems)
@@ -89,7 +105,7 @@ def load_flow_file(path: str | os.PathLike[str], registry: NodeRegistry | None =
 
 def validate_flow(flow: Flow, registry: NodeRegistry | None = None) -> None:
     """The semantic checks of load_flow, for a Flow built in code."""
-    if problems := _check(_Parts.of_flow(flow), registry if registry is not None else default_registry()):
+    if problems := _check(FlowParts.of_flow(flow), registry if registry is not None else default_registry()):
         raise FlowValidationError(problems)
 
 
@@ -114,7 +130,9 @@ def validate_run_inputs(flow: Flow, inputs: Mapping[str, Any] | None) -> dict[st
                 result[name] = copy.deepcopy(spec.default)
             continue
         value = supplied[name]
-        if value is None and (not spec.required or spec.type is InputType.ANY):
+        if too_deep := nesting_problem(value, where=f"input {name!r}"):
+            problems.append(too_deep)
+        elif value is None and (not spec.required or spec.type is InputType.ANY):
             result[name] = None
         elif problem := type_problem(value, spec.type):
             problems.append(f"input {name!r}: {problem}")
@@ -129,81 +147,59 @@ def validate_run_inputs(flow: Flow, inputs: Mapping[str, Any] | None) -> dict[st
 
 
 @dataclass
-class _Parts:
-    """What the semantic checks need; from a Flow, or salvaged from data the Flow model rejected."""
+class _Context:
+    """What every node's checks share: the ids as a set (membership in O(1)) and one suggestion budget."""
 
-    node_ids: list[str]  # every id, including those whose spec is invalid
-    nodes: dict[str, NodeSpec]
-    inputs: dict[str, InputSpec | None]  # None: declared, but its spec is invalid
-    outputs: list[str] | None
-    # Nodes whose params are not a mapping: checking the empty params that stand in would report them missing.
-    unreadable_params: set[str]
-
-    @classmethod
-    def of_flow(cls, flow: Flow) -> _Parts:
-        return cls(list(flow.nodes), dict(flow.nodes), dict(flow.inputs), flow.outputs, set())
+    parts: FlowParts
+    registry: NodeRegistry
+    ids: set[str]
+    declared_inputs: str
+    suggest: Suggester
 
     @classmethod
-    def salvage(cls, data: Mapping[str, Any]) -> _Parts:
-        # The model's own errors are already reported; keep what parses so the other checks still run.
-        raw_nodes = data.get("nodes")
-        raw_nodes = raw_nodes if isinstance(raw_nodes, dict) else {}
-        raw_inputs = data.get("inputs")
-        raw_inputs = raw_inputs if isinstance(raw_inputs, dict) else {}
-        outputs = data.get("outputs")
-        valid_outputs = isinstance(outputs, list) and all(isinstance(item, str) for item in outputs)
-        nodes = {node_id: spec for node_id, raw in raw_nodes.items() if (spec := _parse(NodeSpec, raw)) is not None}
-        inputs = {name: _parse(InputSpec, raw) for name, raw in raw_inputs.items()}
-        unreadable = {
-            node_id
-            for node_id, raw in raw_nodes.items()
-            if isinstance(raw, dict) and not isinstance(raw.get("params", {}), dict)
-        }
-        return cls(list(raw_nodes), nodes, inputs, outputs if valid_outputs else None, unreadable)
+    def of(cls, parts: FlowParts, registry: NodeRegistry) -> _Context:
+        names = list(parts.inputs)
+        declared = ", ".join(names[:20]) + (f" and {len(names) - 20} more" if len(names) > 20 else "")
+        return cls(parts, registry, set(parts.node_ids), declared or "none", Suggester())
 
 
-def _parse(model: type[M], raw: Any) -> M | None:
-    """The model from `raw`, else from `raw` without its invalid fields, else None.
-
-    Dropping the invalid fields lets a node with a bad `retry` still have its params and references checked.
-    """
-    try:
-        return model.model_validate(raw)
-    except ValidationError as exc:
-        if not isinstance(raw, dict):
-            return None
-        invalid = {error["loc"][0] for error in exc.errors() if error["loc"]}
-        try:
-            return model.model_validate({key: value for key, value in raw.items() if key not in invalid})
-        except ValidationError:
-            return None
-
-
-def _check(parts: _Parts, registry: NodeRegistry) -> list[str]:
+def _check(parts: FlowParts, registry: NodeRegistry) -> list[str]:
     problems = [
         f"input {name!r}: the name must match {INPUT_NAME_PATTERN}"
         for name in parts.inputs
         if not INPUT_NAME_RE.fullmatch(name)
     ]
+    try:
+        limit = max_flow_nodes()
+    except ValueError as exc:
+        problems.append(str(exc))
+    else:
+        if (count := len(parts.node_ids)) > limit:
+            problems.append(f"nodes: {count} nodes, more than the limit of {limit} ({MAX_FLOW_NODES_ENV})")
+    context = _Context.of(parts, registry)
     for node_id in parts.node_ids:
         if not NODE_ID_RE.fullmatch(node_id):
             problems.append(f"node {node_id!r}: the id must match {NODE_ID_PATTERN}")
         if (node := parts.nodes.get(node_id)) is not None:
-            problems += _check_node(node_id, node, parts, registry)
+            problems += _check_node(node_id, node, context)
     deps = {node_id: node_dependencies(node) for node_id, node in parts.nodes.items()}
-    problems += [f"dependency cycle: {' -> '.join(cycle)} (each waits for the next)" for cycle in find_cycles(deps)]
+    cycles, found = find_cycles(deps)
+    problems += [f"dependency cycle: {' -> '.join(cycle)} (each waits for the next)" for cycle in cycles]
+    if found > len(cycles):
+        problems.append(f"... and {found - len(cycles)} more dependency cycles")
     seen: set[str] = set()
     for output in parts.outputs or []:
-        if output not in parts.node_ids:
-            problems.append(f"outputs: unknown node {output!r}{_suggest(output, parts.node_ids)}")
+        if output not in context.ids:
+            problems.append(f"outputs: unknown node {output!r}{context.suggest(output, parts.node_ids)}")
         elif output in seen:
             problems.append(f"outputs: node {output!r} is listed twice")
         seen.add(output)
     return problems
 
 
-def _check_node(node_id: str, node: NodeSpec, parts: _Parts, registry: NodeRegistry) -> list[str]:
+def _check_node(node_id: str, node: NodeSpec, context: _Context) -> list[str]:
     prefix = f"node {node_id!r}"
+    parts, registry, ids = context.parts, context.registry, context.ids
     problems: list[str] = []
     if node.type not in registry:
         problems.append(f"{prefix}: type: unknown node type {node.type!r} (known: {', '.join(registry.names())})")
@@ -213,17 +209,18 @@ def _check_node(node_id: str, node: NodeSpec, parts: _Parts, registry: NodeRegis
         where = f"{prefix}: {loc_text(loc)}"
         if isinstance(found, ReferenceSyntaxError):
             problems.append(f"{where}: {found}")
-        elif found.root == "nodes" and found.name not in parts.node_ids:
-            problems.append(f"{where}: {found} names unknown node {found.name!r}{_suggest(found.name, parts.node_ids)}")
+        elif found.root == "nodes" and found.name not in ids:
+            suggestion = context.suggest(found.name, parts.node_ids)
+            problems.append(f"{where}: {found} names unknown node {found.name!r}{suggestion}")
         elif found.root == "inputs" and found.name not in parts.inputs:
-            declared = ", ".join(parts.inputs) or "none"
+            declared = context.declared_inputs
             problems.append(f"{where}: {found} names undeclared input {found.name!r} (declared: {declared})")
         elif found.root == "inputs" and found.path and (scalar := _scalar_type(parts.inputs[found.name])):
             problems.append(f"{where}: {found} reads a field of input {found.name!r}, which is a {scalar}")
     problems += [
-        f"{prefix}: after: unknown node {dep!r}{_suggest(dep, parts.node_ids)}"
+        f"{prefix}: after: unknown node {dep!r}{context.suggest(dep, parts.node_ids)}"
         for dep in node.after
-        if dep not in parts.node_ids
+        if dep not in ids
     ]
     return problems
 
@@ -238,7 +235,7 @@ def _check_params(prefix: str, node_type: AnyNodeType, params: dict[str, Any]) -
         node_type.Params.model_validate(params)
     except ValidationError as exc:
         return [
-            _error_line(prefix, tuple(error["loc"]), error, node_type.Params, shown_under=("params",))
+            error_line(prefix, tuple(error["loc"]), error, node_type.Params, shown_under=("params",))
             for error in exc.errors()
             if not _at_reference(params, error["loc"])
         ]
@@ -255,63 +252,3 @@ def _at_reference(raw: Any, loc: Loc) -> bool:
             value = value[part]
         # Otherwise `part` is a union tag or a missing field: stay on the current value.
     return isinstance(value, str) and has_reference(value)
-
-
-def _flow_error_line(error: ErrorDetails) -> str:
-    loc: Loc = tuple(error["loc"])
-    if len(loc) >= 2 and loc[0] == "nodes":
-        return _error_line(f"node {loc[1]!r}", loc[2:], error, NodeSpec)
-    if len(loc) >= 2 and loc[0] == "inputs":
-        return _error_line(f"input {loc[1]!r}", loc[2:], error, InputSpec)
-    if loc == ("nodes",) and error["type"] == "too_short":
-        return "nodes: a flow needs at least one node"
-    return _error_line("", loc, error, Flow)
-
-
-def _error_line(prefix: str, loc: Loc, error: ErrorDetails, model: type[BaseModel], shown_under: Loc = ()) -> str:
-    """`prefix: field: message`, where `loc` is where the error is inside `model` (for its field names)."""
-    kind = error["type"]
-    if kind == "missing":
-        message = "is required"
-    elif kind == "extra_forbidden":
-        known = _fields_at(model, loc[:-1])
-        message = "is not a known field" + (f" (known: {', '.join(known)})" if known else "")
-    else:
-        message = str(error["msg"]).removeprefix("Value error, ")
-        if isinstance(error.get("input"), str | int | float | bool) and kind not in ("value_error", "assertion_error"):
-            shown = repr(error["input"])
-            message += f" (got {shown if len(shown) <= 60 else shown[:57] + '...'})"
-    field = loc_text((*shown_under, *loc))
-    return ": ".join(part for part in (prefix, field, message) if part)
-
-
-def _fields_at(model: type[BaseModel], loc: Loc) -> list[str] | None:
-    """The field names (as written in a flow) of the model found at `loc` inside `model`, if it is one."""
-    annotation: Any = model
-    for part in loc:
-        annotation = _strip_optional(annotation)
-        if isinstance(annotation, type) and issubclass(annotation, BaseModel):
-            fields = {field.alias or name: field for name, field in annotation.model_fields.items()}
-            if part not in fields:
-                return None
-            annotation = fields[str(part)].annotation
-        elif get_origin(annotation) in (dict, list):
-            annotation = get_args(annotation)[-1]
-        else:
-            return None
-    annotation = _strip_optional(annotation)
-    if isinstance(annotation, type) and issubclass(annotation, BaseModel):
-        return [field.alias or name for name, field in annotation.model_fields.items()]
-    return None
-
-
-def _strip_optional(annotation: Any) -> Any:
-    if get_origin(annotation) in (Union, types.UnionType):
-        args = [arg for arg in get_args(annotation) if arg is not type(None)]
-        return args[0] if len(args) == 1 else annotation
-    return annotation
-
-
-def _suggest(name: str, candidates: Iterable[str]) -> str:
-    close = difflib.get_close_matches(name, list(candidates), n=1)
-    return f" (did you mean {close[0]!r}?)" if close else ""

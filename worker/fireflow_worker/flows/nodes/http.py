@@ -8,19 +8,18 @@ import urllib.error
 import urllib.parse
 import urllib.request
 from email.message import Message
-from typing import IO, Any, Literal
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from fireflow_worker.flows.model import RetryPolicy
+from fireflow_worker.flows.nodes.http_transport import SCHEMES, Deadline, build_opener
 from fireflow_worker.flows.nodetype import NodeContext, NodeError, NodeType
-
-_SCHEMES = ("http", "https")
 
 
 def _check_url(url: str) -> str:
     parts = urllib.parse.urlsplit(url)
-    if parts.scheme not in _SCHEMES or not parts.netloc:
+    if parts.scheme not in SCHEMES or not parts.netloc:
         raise ValueError(f"must be an absolute http:// or https:// URL, got {url!r}")
     return url
 
@@ -64,23 +63,6 @@ class HttpParams(BaseModel):
         return self
 
 
-class _HttpOnlyRedirects(urllib.request.HTTPRedirectHandler):
-    """urllib would follow a redirect to ftp://; only http(s) is allowed anywhere along the way."""
-
-    def redirect_request(  # urllib's signature
-        self,
-        req: urllib.request.Request,
-        fp: IO[bytes],
-        code: int,
-        msg: str,
-        headers: http.client.HTTPMessage,
-        newurl: str,
-    ) -> urllib.request.Request | None:
-        if urllib.parse.urlsplit(newurl).scheme not in _SCHEMES:
-            raise NodeError(f"redirect to {newurl!r} refused: only http and https are allowed", retryable=False)
-        return super().redirect_request(req, fp, code, msg, headers, newurl)
-
-
 class HttpNode(NodeType[HttpParams]):
     name = "http"
     Params = HttpParams
@@ -89,17 +71,22 @@ class HttpNode(NodeType[HttpParams]):
     def run(self, params: HttpParams, ctx: NodeContext) -> dict[str, Any]:
         request = _build_request(params)
         target = f"{params.method} {params.url}"
-        # Built per request so that proxy settings are read from the environment of the moment.
-        opener = urllib.request.build_opener(_HttpOnlyRedirects)
-        try:
-            with opener.open(request, timeout=params.timeout_seconds) as response:
-                status, headers = response.status, response.headers
-                raw = response.read(params.max_response_bytes + 1)
-        except urllib.error.HTTPError as error:  # a 4xx/5xx still has a status and a body worth reporting
-            with error:
-                status, headers, raw = error.code, error.headers, error.read(params.max_response_bytes + 1)
-        except (OSError, http.client.HTTPException) as exc:  # URLError, timeouts, resets are OSErrors
-            raise NodeError(f"{target} failed: {getattr(exc, 'reason', exc)}") from exc
+        timed_out = f"{target} failed: no complete response within timeout_seconds={params.timeout_seconds:g}"
+        # timeout_seconds is the whole request's deadline; urllib's timeout only bounds each socket operation.
+        with Deadline(params.timeout_seconds) as deadline:
+            try:
+                with build_opener(deadline).open(request, timeout=params.timeout_seconds) as response:
+                    status, headers = response.status, response.headers
+                    raw = response.read(params.max_response_bytes + 1)
+            except urllib.error.HTTPError as error:  # a 4xx/5xx still has a status and a body worth reporting
+                with error:
+                    status, headers, raw = error.code, error.headers, error.read(params.max_response_bytes + 1)
+            except (OSError, http.client.HTTPException) as exc:  # URLError, timeouts, resets are OSErrors
+                if deadline.expired:
+                    raise NodeError(timed_out) from exc
+                raise NodeError(f"{target} failed: {getattr(exc, 'reason', exc)}") from exc
+        if deadline.expired:  # a body cut short by the deadline reads as a short body: never return it
+            raise NodeError(timed_out)
         if len(raw) > params.max_response_bytes:
             raise NodeError(f"{target}: response exceeds max_response_bytes={params.max_response_bytes}")
         body = _decode(raw, headers)

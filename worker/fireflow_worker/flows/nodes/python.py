@@ -3,13 +3,19 @@
 The allow-list is the env var FIREFLOW_PYTHON_NODE_MODULES: comma-separated module names, each allowing
 itself and its submodules (`acme` allows `acme` and `acme.jobs`, not `acme_extra`). Empty or unset allows
 nothing, so a flow author cannot call arbitrary code unless the worker's operator opted in.
+
+What `module:function` names must be a plain function *defined* in an allowed module: a name the module
+merely imports (`from subprocess import getoutput`) is someone else's function and is refused, and so are
+classes, builtins, callable objects, coroutine and generator functions.
 """
 
 from __future__ import annotations
 
 import importlib
+import inspect
 import os
 import re
+from collections.abc import Callable
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
@@ -72,14 +78,30 @@ class PythonNode(NodeType[PythonParams]):
             module_name, name = check_function(params.function)  # again: params may be built directly
         except ValueError as exc:
             raise NodeError(f"{params.function}: {exc}", retryable=False) from exc
-        try:
-            function = getattr(importlib.import_module(module_name), name)
-        except (ImportError, AttributeError) as exc:
-            raise NodeError(f"{params.function} cannot be imported: {exc}", retryable=False) from exc
-        if not callable(function):
-            raise NodeError(f"{params.function} is not callable", retryable=False)
+        function = resolve_function(params.function, module_name, name)
         try:
             return function(**params.kwargs)
-        except Exception as exc:
-            # The callable is user code: any failure of it is this node's failure, recorded by the engine.
+        except BaseException as exc:  # SystemExit, KeyboardInterrupt... fail this node too
+            # The callable is user code: whatever it raises fails this node and nothing else.
             raise NodeError(f"{params.function} raised {type(exc).__name__}: {exc}") from exc
+
+
+def resolve_function(spec: str, module_name: str, name: str) -> Callable[..., Any]:
+    """The plain function `name` defined in `module_name` or a module the allow-list also allows."""
+    try:
+        found = getattr(importlib.import_module(module_name), name)
+    except (ImportError, AttributeError) as exc:
+        raise NodeError(f"{spec} cannot be imported: {exc}", retryable=False) from exc
+    if not inspect.isfunction(found):
+        what = "a class" if inspect.isclass(found) else f"an object of type {type(found).__name__}"
+        raise NodeError(f"{spec} is {what}, not a function defined in an allowed module", retryable=False)
+    defined_in = str(getattr(found, "__module__", ""))
+    if not is_allowed(defined_in, allowed_modules()):
+        raise NodeError(
+            f"{spec} is defined in module {defined_in!r}, which {ALLOW_LIST_ENV} does not allow "
+            f"(a name imported into an allowed module is not allowed with it)",
+            retryable=False,
+        )
+    if inspect.iscoroutinefunction(found) or inspect.isgeneratorfunction(found) or inspect.isasyncgenfunction(found):
+        raise NodeError(f"{spec} is a coroutine or generator function; it must return its result", retryable=False)
+    return found

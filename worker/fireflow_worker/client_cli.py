@@ -1,0 +1,148 @@
+"""`fireflow`: enqueue runs and follow them, inspect, cancel and resume them, store flows.
+
+Exit statuses: 0 success; 1 the run did not succeed (failed, cancelled, abandoned) or the request could not
+be carried out (no such run, a run in the wrong state, the database unreachable); 2 bad input (arguments,
+an invalid flow or inputs). Every error is printed as `error: <one line>` on stderr, with any database
+password redacted.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import os
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from fireflow_worker import queues
+from fireflow_worker.dburl import POSTGRES_SCHEMES, mask_logs, redact_url, url_problem
+
+EXIT_FAILED = 1
+EXIT_USAGE = 2
+
+
+def _error(message: str, status: int) -> int:
+    for line in message.splitlines() or [""]:
+        print(f"error: {redact_url(line)}", file=sys.stderr)
+    return status
+
+
+def _parse_inputs(pairs: Sequence[str]) -> dict[str, Any]:
+    """`k=v` pairs; a value that parses as JSON keeps its type (`n=3`, `tags=["a"]`), else it is text."""
+    inputs: dict[str, Any] = {}
+    for pair in pairs:
+        key, sep, raw = pair.partition("=")
+        if not sep or not key:
+            raise ValueError(f"--input {pair[:80]!r}: expected name=value")
+        try:
+            inputs[key] = json.loads(raw)
+        except json.JSONDecodeError:
+            inputs[key] = raw
+        except (RecursionError, ValueError) as err:  # nested too deeply, an integer too long to convert
+            raise ValueError(f"--input {key}: the value cannot be read: {str(err) or 'nested too deeply'}") from None
+    return inputs
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="fireflow", description="Enqueue, follow, cancel and resume FireFlow runs.")
+    parser.add_argument("--database-url", default=os.environ.get("DATABASE_URL_EXECUTIONS"))
+    parser.add_argument("--application-name", default=os.environ.get("DBOS_APPLICATION_NAME", "fireflow"))
+    sub = parser.add_subparsers(dest="command", required=True)
+    run = sub.add_parser("run", help="enqueue a run of FLOW (a YAML/JSON file, or a stored flow with --ref)")
+    run.add_argument("flow")
+    run.add_argument("--ref", action="store_true", help="FLOW names a stored flow")
+    run.add_argument("--input", action="append", default=[], metavar="NAME=VALUE")
+    run.add_argument("--queue", default=queues.EXECUTIONS, choices=queues.ALL_QUEUES)
+    run.add_argument("--follow", action="store_true", help="stream node events live, then print the result")
+    status = sub.add_parser("status", help="print a run's status")
+    status.add_argument("run_id")
+    cancel = sub.add_parser("cancel", help="cancel a queued or running run")
+    cancel.add_argument("run_id")
+    resume = sub.add_parser("resume", help="run a cancelled, abandoned or failed run again from where it stopped")
+    resume.add_argument("run_id")
+    resume.add_argument("--follow", action="store_true", help="stream node events live, then print the result")
+    save = sub.add_parser("save-flow", help="validate and store a flow under NAME")
+    save.add_argument("name")
+    save.add_argument("file")
+    return parser
+
+
+def client_main(argv: Sequence[str] | None = None) -> int:
+    args = _parser().parse_args(argv)
+    if not args.database_url:
+        return _error("set DATABASE_URL_EXECUTIONS or pass --database-url", EXIT_USAGE)
+    url: str = args.database_url
+    if not url.startswith((*POSTGRES_SCHEMES, "sqlite:///")):
+        return _error(f"the database URL {redact_url(url)!r} must be a postgresql:// URL", EXIT_USAGE)
+    if url.startswith(POSTGRES_SCHEMES) and (problem := url_problem(url)):
+        return _error(f"the database URL {redact_url(url)!r} {problem}", EXIT_USAGE)
+    mask_logs([url])
+    # The command reports every error itself, in one line; DBOS's own log lines would only repeat it.
+    logging.getLogger("dbos").setLevel(logging.CRITICAL)
+
+    from fireflow_worker.client import (  # noqa: PLC0415 - imports DBOS
+        FireflowClient,
+        RunNotFoundError,
+        RunStateError,
+    )
+    from fireflow_worker.flows.validate import FlowValidationError  # noqa: PLC0415
+
+    try:
+        with FireflowClient(args.database_url, application_name=args.application_name) as client:
+            return _command(client, args)
+    except FlowValidationError as err:
+        return _error(str(err), EXIT_USAGE)
+    except ValueError as err:
+        return _error(" ".join(str(err).split()), EXIT_USAGE)
+    except (RunNotFoundError, RunStateError) as err:
+        return _error(str(err), EXIT_FAILED)
+    except Exception as err:  # the database unreachable, a refused password...: one line, never a traceback
+        return _error(f"{type(err).__name__}: {' '.join(str(err).split())[:1000]}", EXIT_FAILED)
+
+
+def _command(client: Any, args: argparse.Namespace) -> int:
+    from fireflow_worker.client import read_flow_file  # noqa: PLC0415
+
+    if args.command == "save-flow":
+        client.save_flow(args.name, read_flow_file(args.file))
+        print(f"saved flow {args.name}")
+        return 0
+    if args.command == "status":
+        print(json.dumps(client.status(args.run_id).__dict__, default=str))
+        return 0
+    if args.command == "cancel":
+        status = client.cancel(args.run_id)
+        print(f"cancelled run {args.run_id}" if status.status == "CANCELLED" else f"run {args.run_id}: {status.status}")
+        return 0
+    if args.command == "resume":
+        run_id = client.resume(args.run_id)
+        same = run_id == args.run_id
+        print(f"resumed run {run_id}" if same else f"resumed run {args.run_id} as new run {run_id}", flush=True)
+        return _follow(client, run_id) if args.follow else 0
+    inputs = _parse_inputs(args.input)
+    if args.ref:
+        run_id = client.enqueue(flow_ref=args.flow, inputs=inputs, queue=args.queue)
+    else:
+        run_id = client.enqueue(read_flow_file(Path(args.flow)), inputs=inputs, queue=args.queue)
+    print(f"enqueued run {run_id}", flush=True)
+    return _follow(client, run_id) if args.follow else 0
+
+
+def _follow(client: Any, run_id: str) -> int:
+    from fireflow_worker.client import RunAbandonedError, RunCancelledError  # noqa: PLC0415
+
+    for event in client.events(run_id):
+        print(json.dumps(event, sort_keys=True), flush=True)
+    try:
+        result = client.result(run_id)
+    except (RunCancelledError, RunAbandonedError) as err:
+        print(str(err), flush=True)
+        return EXIT_FAILED
+    except Exception as err:
+        print(f"run {run_id} failed: {' '.join(str(err).split())}", flush=True)
+        return EXIT_FAILED
+    print(json.dumps({"run_id": run_id, "result": result}, sort_keys=True, default=str), flush=True)
+    return 0

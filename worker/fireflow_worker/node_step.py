@@ -1,0 +1,129 @@
+"""The body of one node's DBOS step: its events, its limits, and whatever the node does wrong turned into
+that node's failure.
+
+A node type is code the worker does not control (a `python` function, a plugin). Whatever it raises -
+`SystemExit`, `KeyboardInterrupt`, any other `BaseException` - becomes a `NodeError` here, in the step's
+thread: a `BaseException` that reached the event loop would close it and stall every run of the worker.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from dbos import DBOS
+from dbos import error as dbos_error
+
+from fireflow_worker import metrics
+from fireflow_worker.flows.nodetype import NodeContext, NodeError, parse_params, run_node
+from fireflow_worker.flows.registry import default_registry
+from fireflow_worker.run_limits import OutputBudget, RunLimits, checked_output_size
+
+EVENTS_STREAM = "events"
+# A run's error and its events carry one line; a node raising a megabyte of text must not store it.
+MAX_MESSAGE_CHARS = 2000
+
+IsCancelled = Callable[[str, bool], bool]
+
+
+def now_ms() -> int:
+    return int(time.time() * 1000)
+
+
+def one_line(err: BaseException | str, limit: int = MAX_MESSAGE_CHARS) -> str:
+    """A message on one line, at most `limit` characters."""
+    text = " ".join((err if isinstance(err, str) else str(err) or type(err).__name__).split())
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+@dataclass(frozen=True)
+class NodeCall:
+    """One node's step, as the workflow hands it over (step arguments are not stored: any object will do)."""
+
+    run_id: str
+    node_id: str
+    node_type: str
+    params: dict[str, Any]
+    limits: RunLimits
+    budget: OutputBudget
+    is_cancelled: IsCancelled
+
+    def should_retry(self, err: BaseException) -> bool:
+        """Failures another attempt cannot fix are not retried, and nothing is retried once the run is cancelled."""
+        if isinstance(err, NodeError) and not err.retryable:
+            return False
+        return not self.is_cancelled(self.run_id, True)
+
+
+class _DeferredSleep:
+    """Collects a durable node's sleep requests inside its step; the workflow sleeps them afterwards."""
+
+    def __init__(self) -> None:
+        self.seconds = 0.0
+
+    def __call__(self, seconds: float) -> None:
+        self.seconds += max(0.0, seconds)
+
+
+def run_node_step(call: NodeCall) -> dict[str, Any]:
+    """One attempt of a node: `{"output", "bytes", "wake_at_ms"}`, or a NodeError."""
+    status = DBOS.step_status
+    attempt = 1 + (status.current_attempt or 0) if status is not None else 1
+    if attempt > 1 and call.is_cancelled(call.run_id, True):
+        # Raised past DBOS's retry loop and not recorded: a resumed run attempts this node afresh.
+        raise dbos_error.DBOSWorkflowCancelledError(f"run {call.run_id} was cancelled; node {call.node_id} stops")
+    node_type = default_registry().get(call.node_type)
+    started = time.monotonic()
+    DBOS.write_stream(
+        EVENTS_STREAM,
+        {"event": "node.started", "node": call.node_id, "type": call.node_type, "attempt": attempt, "at_ms": now_ms()},
+    )
+    deferred_sleep = _DeferredSleep()
+    ctx = NodeContext(run_id=call.run_id, node_id=call.node_id, sleeper=deferred_sleep, attempt=attempt)
+    try:
+        output = run_node(node_type, parse_params(node_type, call.params), ctx)
+        size = checked_output_size(output, call.limits)
+        call.budget.reserve(call.node_id, size)
+    except dbos_error.DBOSWorkflowCancelledError:
+        raise
+    except BaseException as err:  # user code: everything it raises is this node's failure
+        failure = err if isinstance(err, NodeError) else NodeError(f"{type(err).__name__}: {one_line(err)}")
+        elapsed = time.monotonic() - started
+        metrics.NODE_DURATION.labels(call.node_type, "failed").observe(elapsed)
+        DBOS.write_stream(
+            EVENTS_STREAM,
+            {
+                "event": "node.failed",
+                "node": call.node_id,
+                "attempt": attempt,
+                "error": one_line(failure.message),
+                "duration_ms": round(elapsed * 1000, 3),
+                "at_ms": now_ms(),
+            },
+        )
+        raise NodeError(one_line(failure.message), retryable=failure.retryable) from None
+    elapsed = time.monotonic() - started
+    metrics.NODE_DURATION.labels(call.node_type, "succeeded").observe(elapsed)
+    wake_at_ms = now_ms() + int(deferred_sleep.seconds * 1000) if deferred_sleep.seconds else None
+    if not node_type.durable:
+        # A durable node's `node.finished` is written by the workflow once its sleep is over.
+        DBOS.write_stream(EVENTS_STREAM, node_finished_event(call.node_id, attempt, elapsed * 1000))
+    return {
+        "output": output,
+        "bytes": size,
+        "wake_at_ms": wake_at_ms,
+        "attempt": attempt,
+        "started_at_ms": now_ms() - int(elapsed * 1000),
+    }
+
+
+def node_finished_event(node_id: str, attempt: int, duration_ms: float) -> dict[str, Any]:
+    return {
+        "event": "node.finished",
+        "node": node_id,
+        "attempt": attempt,
+        "duration_ms": round(duration_ms, 3),
+        "at_ms": now_ms(),
+    }
