@@ -112,7 +112,8 @@ class Budget:
             f"holding at {self.max_replicas}"
         )
 
-    def as_status(self, desired: int, allowed: int) -> dict[str, int | str]:
+    def as_status(self, desired: int, allowed: int, retiring: int = 0) -> dict[str, int | str]:
+        """`allowed` replicas of the current version, beside `retiring` ones of older versions."""
         server = next(s for s in self.scopes if s.name == SERVER)
         return {
             "server": self.facts.server,
@@ -131,7 +132,8 @@ class Budget:
             "maxReplicas": self.max_replicas,
             "desiredReplicas": desired,
             "allowedReplicas": allowed,
-            "needed": self.needs(allowed),
+            "retiringReplicas": retiring,
+            "needed": self.needs(allowed + retiring),
         }
 
 
@@ -162,7 +164,7 @@ def compute_budget(
 # a status (and an event) changes only when one of these does, so an idle pool causes no writes.
 DECISION_KEYS = (
     "server", "database", "role", "maxConnections", "databaseLimit", "roleLimit", "headroom", "limitedBy",
-    "perReplica", "maxReplicas", "desiredReplicas", "allowedReplicas", "needed",
+    "perReplica", "maxReplicas", "desiredReplicas", "allowedReplicas", "retiringReplicas", "needed",
 )  # fmt: skip
 
 

@@ -84,6 +84,8 @@ def worker_env(pool: Pool, application_version: str) -> list[dict[str, Any]]:
         "FIREFLOW_TERMINAL_QUEUE_CONCURRENCY": str(dbos.terminal_queue_concurrency),
         "FIREFLOW_QUEUES": ",".join(spec.queues),
         "FIREFLOW_HEALTH_PORT": str(names.HEALTH_PORT),
+        # The operator decides which version is DBOS's latest (versioned rollouts keep older ones serving).
+        "FIREFLOW_VERSION_ROLE": "managed",
     }
     return [
         {"name": "POD_NAME", "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}},
@@ -127,7 +129,9 @@ def _container_common(pool: Pool, image: str) -> dict[str, Any]:
     }
 
 
-def build_statefulset(pool: Pool, *, image: str, application_version: str, replicas: int | None) -> dict[str, Any]:
+def build_statefulset(
+    pool: Pool, *, image: str, application_version: str, replicas: int | None, version_index: int = 0
+) -> dict[str, Any]:
     """The workers at a rollout target (image, application version), which lags the spec's until the
     migration gate lets it through. `replicas=None` leaves the count to whoever else owns it (an autoscaler)."""
     spec = pool.spec
@@ -159,17 +163,18 @@ def build_statefulset(pool: Pool, *, image: str, application_version: str, repli
         "containers": [container],
         **({"topologySpreadConstraints": spec.topology_spread_constraints} if spec.topology_spread_constraints else {}),
     }
-    template_labels = {**(spec.pod_labels or {}), **names.common_labels(pool.name, names.WORKER_COMPONENT)}
+    selector = names.version_selector_labels(pool.name, version_index)
+    template_labels = {**(spec.pod_labels or {}), **names.common_labels(pool.name, names.WORKER_COMPONENT), **selector}
     statefulset: dict[str, Any] = {
         "apiVersion": "apps/v1",
         "kind": "StatefulSet",
-        "metadata": pool.metadata(names.statefulset_name(pool.name), names.WORKER_COMPONENT),
+        "metadata": pool.metadata(names.statefulset_name(pool.name, version_index), names.WORKER_COMPONENT),
         "spec": {
             "serviceName": names.headless_service_name(pool.name),
             # Workers share nothing but the database: start and stop them together.
             "podManagementPolicy": "Parallel",
             "updateStrategy": {"type": "RollingUpdate"},
-            "selector": {"matchLabels": names.selector_labels(pool.name)},
+            "selector": {"matchLabels": selector},
             "template": {
                 "metadata": {"labels": template_labels, "annotations": dict(spec.pod_annotations or {})},
                 "spec": pod_spec,
@@ -205,7 +210,7 @@ def build_pdb(pool: Pool) -> dict[str, Any]:
         "metadata": pool.metadata(names.pdb_name(pool.name), names.WORKER_COMPONENT),
         "spec": {
             "maxUnavailable": pool.spec.pod_disruption_budget.max_unavailable,
-            "selector": {"matchLabels": names.selector_labels(pool.name)},
+            "selector": {"matchLabels": names.selector_labels(pool.name)},  # every version's workers
         },
     }
 

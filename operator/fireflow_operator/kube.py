@@ -40,6 +40,18 @@ def secret_data(secret: Any, key: str) -> str | None:
     return base64.b64decode(data[key]).decode(errors="replace").strip()
 
 
+def api_error(err: ApiException) -> tuple[str, str]:
+    """(the kind of object, the API server's message) of a refused write."""
+    try:
+        body = json.loads(err.body or "{}")
+    except (ValueError, TypeError):
+        body = {}
+    if not isinstance(body, dict):
+        body = {}
+    kind = str((body.get("details") or {}).get("kind") or "child object")
+    return kind, str(body.get("message") or err.reason)[:1000]
+
+
 @dataclass
 class Kube:
     """The API groups the operator uses, sharing one ApiClient."""
@@ -95,6 +107,14 @@ class Kube:
         """Delete a Job and its pods; already gone counts as done."""
         try:
             self.batch.delete_namespaced_job(name, namespace, propagation_policy="Background")
+        except ApiException as err:
+            if err.status != 404:
+                raise
+
+    def delete_statefulset(self, namespace: str, name: str) -> None:
+        """Delete a StatefulSet and its pods (they drain on SIGTERM); already gone counts as done."""
+        try:
+            self.apps.delete_namespaced_stateful_set(name, namespace, propagation_policy="Background")
         except ApiException as err:
             if err.status != 404:
                 raise

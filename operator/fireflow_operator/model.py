@@ -61,6 +61,7 @@ RESERVED_ENV = (
     "FIREFLOW_LOCAL_MODE",
     "FIREFLOW_LOCAL_SQLITE_PATH",
     "PGAPPNAME",
+    "FIREFLOW_VERSION_ROLE",
 )
 
 
@@ -177,6 +178,26 @@ class MigrationSpec(_Model):
     )
 
 
+class RolloutSpec(_Model):
+    progress_deadline_seconds: int = Field(
+        600,
+        ge=10,
+        le=86_400,
+        description="A new target whose workers are not all Ready this long after it rolled out is reported "
+        "(Progressing=False, RolloutStuck).",
+    )
+    auto_rollback: bool = Field(
+        False, description="Restore the previous target when the progress deadline passes (until the spec changes)."
+    )
+    retire_after_seconds: int | None = Field(
+        None,
+        ge=0,
+        le=31_536_000,
+        description="Fork the runs an older application version still has after this long onto the current one. "
+        "Unset: wait for them to finish.",
+    )
+
+
 class PodDisruptionBudgetSpec(_Model):
     enabled: bool = Field(True, description="Create a PodDisruptionBudget (never with fewer than 2 replicas).")
     max_unavailable: int = Field(1, ge=1, le=1_000, description="Pods a voluntary disruption may take at once.")
@@ -222,6 +243,9 @@ class PoolSpec(_Model):
     )
     migration: MigrationSpec = Field(
         default_factory=lambda: MigrationSpec.model_validate({}), description="Schema migration settings."
+    )
+    rollout: RolloutSpec = Field(
+        default_factory=lambda: RolloutSpec.model_validate({}), description="Rollouts of new targets and versions."
     )
     termination_grace_period_seconds: int = Field(30, ge=1, le=86_400, description="Pod termination grace period.")
     pod_disruption_budget: PodDisruptionBudgetSpec = Field(

@@ -11,6 +11,7 @@ LABEL_COMPONENT = "app.kubernetes.io/component"
 LABEL_MANAGED_BY = "app.kubernetes.io/managed-by"
 LABEL_POOL = "fireflow.persistent.ai/pool"
 LABEL_MIGRATION_TARGET = "fireflow.persistent.ai/migration-target"
+LABEL_VERSION_INDEX = "fireflow.persistent.ai/version-index"  # pods of the second and later versions
 LABEL_ONLINE = "fireflow.persistent.ai/online"  # on apply Jobs that run while the pool keeps serving
 LABEL_DATABASE = "fireflow.persistent.ai/database"  # on apply Jobs: one at a time per database
 ANNOTATION_TARGET = "fireflow.persistent.ai/target"
@@ -47,8 +48,22 @@ def common_labels(pool_name: str, component: str) -> dict[str, str]:
     }
 
 
-def statefulset_name(pool_name: str) -> str:
-    return pool_name
+def statefulset_name(pool_name: str, version_index: int = 0) -> str:
+    """One StatefulSet per application version: the first keeps the pool's own name (pools from before
+    versioned rollouts), later ones are `<pool>-v<N>`, so their pods (executor ids) never collide."""
+    return pool_name if version_index == 0 else f"{pool_name}-v{version_index}"
+
+
+def version_selector_labels(pool_name: str, version_index: int) -> dict[str, str]:
+    """The immutable selector of one version's StatefulSet (the first one's predates versions: it has none)."""
+    extra = {LABEL_VERSION_INDEX: str(version_index)} if version_index else {}
+    return {**selector_labels(pool_name), **extra}
+
+
+def scale_selector(pool_name: str, version_index: int) -> str:
+    """status.selector for /scale: the current version's pods only (autoscalers size the current version)."""
+    base = ",".join(f"{k}={v}" for k, v in selector_labels(pool_name).items())
+    return f"{base},{LABEL_VERSION_INDEX}={version_index}" if version_index else f"{base},!{LABEL_VERSION_INDEX}"
 
 
 def headless_service_name(pool_name: str) -> str:

@@ -8,9 +8,12 @@ with both values in the message, rather than merged.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
+
+from pydantic import ValidationError
 
 from fireflow_operator import conditions
-from fireflow_operator.model import QUEUES, PoolSpec
+from fireflow_operator.model import QUEUES, PoolSpec, parse_spec
 from fireflow_operator.policy import Refusal
 
 EXECUTIONS, BACKGROUND, SANDBOX, TERMINAL = QUEUES
@@ -59,3 +62,24 @@ def conflict(pool: PoolOnDatabase, others: list[PoolOnDatabase]) -> Refusal | No
                         f"for the queues both serve, or another database. Nothing was rolled out.",
                     )
     return None
+
+
+def on_database(body: dict[str, Any], spec: PoolSpec) -> PoolOnDatabase:
+    meta = body["metadata"]
+    return PoolOnDatabase(meta["namespace"], meta["name"], str(meta.get("creationTimestamp", "")), spec)
+
+
+def pools_on(server: str, database: str, pools: list[dict[str, Any]], mine: PoolOnDatabase) -> list[PoolOnDatabase]:
+    """The other pools whose status says they use the same database (valid specs only)."""
+    same = []
+    for other in pools:
+        meta, budget = other["metadata"], (other.get("status") or {}).get("connectionBudget") or {}
+        if (meta["namespace"], meta["name"]) == (mine.namespace, mine.name):
+            continue
+        if (budget.get("server"), budget.get("database")) != (server, database):
+            continue
+        try:
+            same.append(on_database(other, parse_spec(other.get("spec") or {})))
+        except ValidationError:
+            continue
+    return same

@@ -8,7 +8,6 @@ may take, which apply Job may run on a database) are taken under a lock.
 
 from __future__ import annotations
 
-import json
 import time
 from datetime import UTC, datetime
 from typing import Any
@@ -19,6 +18,7 @@ from pydantic import ValidationError
 from fireflow_operator import (
     conditions,
     connection,
+    fleet,
     health,
     migration,
     names,
@@ -43,35 +43,16 @@ from fireflow_operator.dbprobe import (
     pool_connection_prefix,
     probe_database,
 )
+from fireflow_operator.fleet import Fleet
 from fireflow_operator.gate import MigrationGate
-from fireflow_operator.kube import Kube, read_or_none
-from fireflow_operator.model import PoolSpec, parse_spec
-from fireflow_operator.queue_settings import PoolOnDatabase
+from fireflow_operator.kube import Kube, api_error, read_or_none
+from fireflow_operator.model import parse_spec
 from fireflow_operator.scaling import ReplicaPlan
 from fireflow_operator.settings import OperatorSettings
 from fireflow_operator.sizing import BudgetKeeper
 from fireflow_operator.status import Outcome, StatusDraft, first_error
 from fireflow_operator.summary import summarize
-
-
-def _on_database(body: dict[str, Any], spec: PoolSpec) -> PoolOnDatabase:
-    meta = body["metadata"]
-    return PoolOnDatabase(meta["namespace"], meta["name"], str(meta.get("creationTimestamp", "")), spec)
-
-
-def _api_message(err: ApiException) -> str:
-    try:
-        return str(json.loads(err.body or "{}").get("message") or err.reason)[:1000]
-    except (ValueError, AttributeError):
-        return str(err.reason)
-
-
-def _refused_kind(err: ApiException) -> str:
-    try:
-        details = json.loads(err.body or "{}").get("details") or {}
-    except (ValueError, AttributeError):
-        details = {}
-    return str(details.get("kind") or "child object")
+from fireflow_operator.versions import CURRENT, Version
 
 
 class Reconciler:
@@ -80,6 +61,7 @@ class Reconciler:
         self.settings = settings
         self.budgets = BudgetKeeper(settings.budget_window_seconds)
         self.gate = MigrationGate(kube, settings)
+        self.fleet = Fleet(kube, settings)
 
     def reconcile(self, body: dict[str, Any]) -> Outcome:
         draft = StatusDraft.start(body)
@@ -141,7 +123,8 @@ class Reconciler:
             )
             draft.blocked(conditions.REASON_APPLICATION_CONFLICT, message)
             return
-        refusal = queue_settings.conflict(_on_database(body, spec), self._pools_on(facts, pools, pool))
+        mine = queue_settings.on_database(body, spec)
+        refusal = queue_settings.conflict(mine, queue_settings.pools_on(facts.server, facts.database, pools, mine))
         if refusal is not None:
             draft.blocked(refusal.reason, refusal.message)
             return
@@ -151,37 +134,28 @@ class Reconciler:
             if err.status not in (400, 422):
                 raise
             # The API server refused a child built from the spec: say why, and wait for the spec to change.
-            message = f"the API server refused the pool's {_refused_kind(err)}: {_api_message(err)}"
+            kind, refused = api_error(err)
+            message = f"the API server refused the pool's {kind}: {refused}"
             draft.blocked(conditions.REASON_INVALID_SPEC, message)
-
-    def _pools_on(self, facts: DatabaseFacts, pools: list[dict[str, Any]], pool: Pool) -> list[PoolOnDatabase]:
-        """The other pools whose status says they use the same database (valid specs only)."""
-        same = []
-        for other in pools:
-            meta, budget = other["metadata"], (other.get("status") or {}).get("connectionBudget") or {}
-            if (meta["namespace"], meta["name"]) == (pool.namespace, pool.name):
-                continue
-            if (budget.get("server"), budget.get("database")) != (facts.server, facts.database):
-                continue
-            try:
-                same.append(_on_database(other, parse_spec(other.get("spec") or {})))
-            except ValidationError:
-                continue
-        return same
 
     def _database_problem(self, draft: StatusDraft, reason: str, message: str) -> None:
         draft.cond(conditions.CONNECTION_BUDGET, None, reason, message)
         draft.blocked(reason, message)
         draft.outcome.requeue_seconds = self.settings.resync_seconds
 
-    def _apply_children(self, pool: Pool, draft: StatusDraft, sts: Any, plan: ReplicaPlan, rolling: bool) -> None:
-        """The StatefulSet runs the rolled-out target (a new one only once the gate let it through), and a PDB."""
+    def _apply_children(
+        self, pool: Pool, draft: StatusDraft, sts: Any, plan: ReplicaPlan, rolling: bool, current: Version
+    ) -> None:
+        """The current version's StatefulSet runs the rolled-out target (a new one only once the gate let it
+        through), and a PDB over every version's workers."""
         if "currentTarget" in draft.new and (sts is not None or rolling):
+            write = plan.write if plan.write is not None or sts is not None else plan.allowed
             desired = build_statefulset(
                 pool,
                 image=draft.new["currentImage"],
                 application_version=draft.new["currentApplicationVersion"],
-                replicas=plan.write,
+                replicas=write,
+                version_index=current.index,
             )
             try:
                 self.kube.upsert_statefulset(desired, sts)
@@ -209,15 +183,18 @@ class Reconciler:
         events = self.kube.failed_create_events(pool.namespace)
         return health.creation_problem(events, missing, datetime.now(UTC))
 
-    def _recover(self, pool: Pool, draft: StatusDraft, replicas: int, live_pods: set[str]) -> None:
-        """No stranded runs: hand back the PENDING runs of departed pods that will not return."""
+    def _recover(self, pool: Pool, draft: StatusDraft, statefulsets: dict[str, int], live_pods: set[str]) -> None:
+        """No stranded runs: hand back the PENDING runs of departed pods that will not return, for every
+        version's StatefulSet (name -> the replicas it keeps)."""
         assert draft.url is not None
-        sts_name, timeout = names.statefulset_name(pool.name), self.settings.database_timeout_seconds
+        timeout = self.settings.database_timeout_seconds
         try:
-            pending = recovery.pending_executors(draft.url, pool.namespace, sts_name, timeout_seconds=timeout)
-            stranded = recovery.stranded_executors(
-                pending, namespace=pool.namespace, statefulset=sts_name, replicas=replicas, live_pods=live_pods
-            )
+            stranded: list[str] = []
+            for sts_name, replicas in statefulsets.items():
+                pending = recovery.pending_executors(draft.url, pool.namespace, sts_name, timeout_seconds=timeout)
+                stranded += recovery.stranded_executors(
+                    pending, namespace=pool.namespace, statefulset=sts_name, replicas=replicas, live_pods=live_pods
+                )
             recovered = recovery.resume_runs_of(
                 draft.url, pool.spec.dbos.application_name, stranded, timeout_seconds=timeout
             )
@@ -231,25 +208,52 @@ class Reconciler:
             message = f"handed {recovered} PENDING run(s) of departed {', '.join(stranded)} back to the queue"
             draft.event("Normal", "RunsRecovered", message)
 
+    def _read_sts(self, pool: Pool, index: int) -> Any:
+        name = names.statefulset_name(pool.name, index)
+        return read_or_none(self.kube.apps.read_namespaced_stateful_set, name, pool.namespace)
+
     def _reconcile_children(
         self, pool: Pool, facts: DatabaseFacts, pools: list[dict[str, Any]], draft: StatusDraft
     ) -> None:
         namespace, name = pool.namespace, pool.name
         self.kube.create(self.kube.core.create_namespaced_service, namespace, build_headless_service(pool))
-        sts = read_or_none(self.kube.apps.read_namespaced_stateful_set, names.statefulset_name(name), namespace)
-        live_pods = self.kube.list_pod_names(namespace, names.selector_labels(name))
+        listed = fleet.load(draft.new)
+        current = fleet.current_of(listed) or Version(pool.spec.dbos.application_version, 0, pool.spec.image, CURRENT)
+        sts = self._read_sts(pool, current.index)
+        live_pods = self.kube.list_pod_names(namespace, names.selector_labels(name))  # every version's
         step = self.gate.step(pool, facts, draft, sts, live_pods)
-        plan, over_budget = self.budgets.plan(pool, facts, pools, draft, sts, step)
-        self._apply_children(pool, draft, sts, plan, step.roll_out)
+        if step.roll_out:
+            old_replicas = int(sts.spec.replicas or 0) if sts is not None else 0
+            listed = self.fleet.roll_out(draft, listed, current_replicas=old_replicas)
+            switched = fleet.current_of(listed)
+            if switched is not None and switched.index != current.index:  # a new version's own StatefulSet
+                migration_status = dict(draft.new.get("migration") or {})
+                migration_status.setdefault("replicasBefore", old_replicas)  # an autoscaler's count carries over
+                draft.new["migration"] = migration_status
+                sts = self._read_sts(pool, switched.index)
+            current = switched or current
+        retiring = self.fleet.plan_retiring(pool, draft, listed)
+        kept = 0 if step.hold_at_zero else sum(r.replicas or 0 for r in retiring)
+        plan, over_budget = self.budgets.plan(pool, facts, pools, draft, sts, step, retiring_replicas=kept)
+        self._apply_children(pool, draft, sts, plan, step.roll_out, current)
+        self.fleet.apply_retiring(pool, retiring, hold_at_zero=step.hold_at_zero)
+        retired = {r.version.index for r in retiring if r.replicas is None}
+        listed = [v for v in listed if v.index not in retired]
         # Only in steady state: the pods of a pool held at zero come back under their own ids.
         if step.migration.get("phase") == migration.DONE and not step.hold_at_zero and sts is not None:
-            self._recover(pool, draft, plan.allowed, live_pods)
+            sizes = {names.statefulset_name(name, current.index): plan.allowed}
+            sizes |= {names.statefulset_name(name, r.version.index): r.replicas or 0 for r in retiring}
+            self._recover(pool, draft, sizes, live_pods)
 
-        sts_now = read_or_none(self.kube.apps.read_namespaced_stateful_set, names.statefulset_name(name), namespace)
+        sts_now = self._read_sts(pool, current.index)
         sts_status = sts_now.status if sts_now is not None else None
         problem = self._pod_problem(pool, sts_now)
         draft.new["replicas"] = int(sts_status.replicas or 0) if sts_status is not None else 0
         draft.new["readyReplicas"] = int(sts_status.ready_replicas or 0) if sts_status is not None else 0
+        draft.new["selector"] = names.scale_selector(name, current.index)
+        if listed:
+            self.fleet.make_current_latest(pool, draft, current, draft.new["readyReplicas"])
+            draft.new["versions"] = self.fleet.versions_status(pool, listed, retiring)
         summary = summarize(
             step,
             schema_version=draft.new.get("schemaVersion"),
@@ -263,7 +267,9 @@ class Reconciler:
         for kind, ok, reason, message in summary.conditions:
             draft.cond(kind, ok, reason, message)
         draft.new["phase"], draft.new["phaseReason"] = summary.phase, summary.reason
+        for event in (e for r in retiring for e in r.events):
+            draft.event("Normal", *event)
         if step.failure and not step.abandoned:
             draft.outcome.requeue_seconds = max(1.0, float(step.migration.get("retryAt", 0)) - time.time())
-        elif summary.progressing:
-            draft.outcome.requeue_seconds = 2.0
+        elif summary.progressing or retiring:
+            draft.outcome.requeue_seconds = 2.0 if summary.progressing else self.settings.resync_seconds

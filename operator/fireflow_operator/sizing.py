@@ -57,9 +57,11 @@ class BudgetKeeper:
         draft: StatusDraft,
         sts: Any,
         step: migration.MigrationStep,
+        retiring_replicas: int = 0,
     ) -> tuple[ReplicaPlan, str | None]:
-        """Replicas: desired by the spec (or its autoscaler), clamped by the budget, zero while gated; and
-        why the pool is held below what it asks for, when it is."""
+        """Replicas of the current version: desired by the spec (or its autoscaler), clamped by the budget left
+        after the retiring versions' workers, zero while gated; and why the pool is held below what it asks
+        for, when it is."""
         spec = pool.spec
         usage = self.usage.record(f"{facts.database_key}/{facts.role}", facts.others, time.monotonic())
         saved = (draft.new.get("migration") or {}).get("replicasBefore")
@@ -83,13 +85,14 @@ class BudgetKeeper:
                 spec_replicas=spec.replicas,
                 current=current,
                 saved=saved,
-                max_replicas=grow.max_replicas,
-                max_kept=keep.max_replicas if keep is not None else (current or 0),
+                max_replicas=max(0, grow.max_replicas - retiring_replicas),
+                max_kept=max(0, keep.max_replicas - retiring_replicas) if keep is not None else (current or 0),
                 hold_at_zero=step.hold_at_zero,
             )
-            used = keep if keep is not None and plan.allowed > min(plan.desired, grow.max_replicas) else grow
+            grown = min(plan.desired, grow.max_replicas - retiring_replicas)
+            used = keep if keep is not None and plan.allowed > grown else grow
             self._needs[(pool.namespace, pool.name)] = PoolNeed(
-                facts.server, facts.database, facts.role, used.needs(plan.allowed)
+                facts.server, facts.database, facts.role, used.needs(plan.allowed + retiring_replicas)
             )
         if step.hold_at_zero:
             step.migration.setdefault("replicasBefore", plan.desired)
@@ -97,7 +100,8 @@ class BudgetKeeper:
             step.migration.pop("replicasBefore", None)
         draft.new["migration"] = step.migration
         draft.new["desiredReplicas"] = 0 if step.hold_at_zero else plan.allowed
-        new_budget, old_budget = used.as_status(plan.desired, plan.allowed), draft.old.get("connectionBudget") or {}
+        new_budget = used.as_status(plan.desired, plan.allowed, retiring=retiring_replicas)
+        old_budget = draft.old.get("connectionBudget") or {}
         unchanged = same_decision(old_budget, new_budget)  # then usage moved, and nothing was decided differently
         draft.new["connectionBudget"] = old_budget if unchanged else new_budget
         draft.outcome.allowed_replicas = plan.allowed

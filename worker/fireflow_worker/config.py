@@ -22,7 +22,6 @@ from pydantic import (
     model_validator,
 )
 
-from fireflow_worker import __version__
 from fireflow_worker.dburl import POSTGRES_SCHEMES, redact_url, url_problem
 from fireflow_worker.queues import ALL_QUEUES
 
@@ -80,6 +79,9 @@ def _app_name(value: str) -> str:
 Bool = Annotated[bool, BeforeValidator(_parse_bool)]
 
 
+DEFAULT_APPLICATION_VERSION = "1"
+
+
 class WorkerConfig(BaseModel):
     """The worker's settings; field aliases are the environment variable names."""
 
@@ -89,9 +91,15 @@ class WorkerConfig(BaseModel):
     local_mode: Bool = Field(False, alias="FIREFLOW_LOCAL_MODE")
     local_sqlite_path: str = Field("fireflow-local.sqlite", alias="FIREFLOW_LOCAL_SQLITE_PATH")
     application_name: Annotated[str, AfterValidator(_app_name)] = Field("fireflow", alias="DBOS_APPLICATION_NAME")
+    # Not the package's version: a plain upgrade of the worker must not strand the PENDING runs of the
+    # previous one (DBOS lets only a run's own version recover it). Change it for an incompatible engine change.
     application_version: str = Field(
-        f"fireflow-pool-{__version__}", alias="FIREFLOW_APPLICATION_VERSION", min_length=1, max_length=128
+        DEFAULT_APPLICATION_VERSION, alias="FIREFLOW_APPLICATION_VERSION", min_length=1, max_length=128
     )
+    # DBOS hands version-less runs to its latest version only. standalone: refuse to start when this
+    # version is not the latest (it would take no new run); claim-latest: make it the latest (a rollback);
+    # managed: the operator decides (an older version keeps serving its own runs while it retires).
+    version_role: Literal["standalone", "claim-latest", "managed"] = Field("standalone", alias="FIREFLOW_VERSION_ROLE")
     worker_concurrency: int = Field(50, alias="DBOS_WORKER_CONCURRENCY", ge=1, le=10_000)
     queue_concurrency: int = Field(0, alias="DBOS_QUEUE_CONCURRENCY", ge=0, le=1_000_000)
     polling_interval_ms: int = Field(50, alias="DBOS_QUEUE_POLLING_INTERVAL_MS", ge=1, le=600_000)

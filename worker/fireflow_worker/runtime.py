@@ -233,6 +233,7 @@ def _launch(config: WorkerConfig) -> DBOS:
     except Exception as err:
         raise StartupError(_explain(err, config)) from None
     watcher.start()
+    _settle_latest_version(config)
     if config.database_url is not None:
         try:
             schema.install_pooled(_sys_engine(dbos))
@@ -240,6 +241,23 @@ def _launch(config: WorkerConfig) -> DBOS:
             raise StartupError(f"cannot install the run-end trigger and flows table: {_one_line(err)}") from None
     register_queues(config)
     return dbos
+
+
+def _settle_latest_version(config: WorkerConfig) -> None:
+    """A worker whose version is not DBOS's latest takes no version-less run: make it the latest, or refuse."""
+    latest = str(DBOS.get_latest_application_version()["version_name"])
+    mine = config.application_version
+    if latest == mine or config.version_role == "managed":
+        return
+    if config.version_role == "claim-latest":
+        DBOS.set_latest_application_version(mine)
+        log.info("application version %r is now DBOS's latest (was %r): new runs come to this version", mine, latest)
+        return
+    raise StartupError(
+        f"application version {mine!r} is not DBOS's latest ({latest!r}) on this database: this worker would take "
+        f"no new run. Run version {latest!r}, or set FIREFLOW_VERSION_ROLE=claim-latest to make {mine!r} the latest "
+        f"(a rollback)"
+    )
 
 
 def _one_line(err: BaseException) -> str:
