@@ -1,4 +1,5 @@
-"""A pool's StatefulSets, one per application version, as versions.py plans them (I/O).
+"""A pool's StatefulSets, one per application version, as versions.py plans them, and what follows from them:
+stranded runs handed back, the rollout's progress deadline, pod problems (I/O).
 
 The current version's StatefulSet is sized by the spec (or its autoscaler) and the budget; every retiring
 one by its own runs left, as the database counts them; a retired one is deleted. The current version is
@@ -9,11 +10,12 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from typing import Any
 
 from kubernetes.client.exceptions import ApiException
 
-from fireflow_operator import names, versions, versions_db
+from fireflow_operator import conditions, health, names, observe, progress, recovery, versions, versions_db
 from fireflow_operator.builders import Pool, build_statefulset
 from fireflow_operator.dbprobe import DatabaseQueryError, DatabaseUnreachableError
 from fireflow_operator.kube import Kube, read_or_none
@@ -171,3 +173,76 @@ class Fleet:
                 entry["runsLeft"] = {"pending": plan.pending, "enqueued": plan.enqueued}
             entries.append(entry)
         return entries
+
+    def recover(self, pool: Pool, draft: StatusDraft, statefulsets: dict[str, int], live_pods: set[str]) -> None:
+        """No stranded runs: hand back the PENDING runs of departed pods that will not return, for every
+        version's StatefulSet (name -> the replicas it keeps)."""
+        assert draft.url is not None
+        timeout = self.settings.database_timeout_seconds
+        try:
+            stranded: list[str] = []
+            for sts_name, replicas in statefulsets.items():
+                pending = recovery.pending_executors(draft.url, pool.namespace, sts_name, timeout_seconds=timeout)
+                stranded += recovery.stranded_executors(
+                    pending, namespace=pool.namespace, statefulset=sts_name, replicas=replicas, live_pods=live_pods
+                )
+            recovered = recovery.resume_runs_of(
+                draft.url, pool.spec.dbos.application_name, stranded, timeout_seconds=timeout
+            )
+        except (DatabaseUnreachableError, DatabaseQueryError) as err:
+            draft.event("Warning", conditions.REASON_RUNS_NOT_RECOVERED, f"cannot recover runs yet: {err}")
+            draft.outcome.requeue_seconds = self.settings.resync_seconds
+            return
+        draft.outcome.recovered_runs = recovered
+        if recovered:
+            draft.new["recoveredRuns"] = int(draft.new.get("recoveredRuns", 0)) + recovered
+            message = f"handed {recovered} PENDING run(s) of departed {', '.join(stranded)} back to the queue"
+            draft.event("Normal", "RunsRecovered", message)
+
+    def check_progress(
+        self, pool: Pool, draft: StatusDraft, listed: list[versions.Version], sts_status: Any
+    ) -> tuple[str | None, bool]:
+        """The rollout's progress against its deadline; restores the previous target when it passed and the spec
+        asks for it (applied by the next reconcile, which runs in a second)."""
+        rollout = draft.new.get("rollout")
+        if not rollout:
+            return None, False
+        verdict = progress.check(
+            rollout,
+            ready=draft.new["readyReplicas"],
+            updated=int(sts_status.updated_replicas or 0) if sts_status is not None else 0,
+            desired=draft.new["desiredReplicas"],
+            now=time.time(),
+            deadline=pool.spec.rollout.progress_deadline_seconds,
+            auto_rollback=pool.spec.rollout.auto_rollback,
+        )
+        draft.new["rollout"] = verdict.rollout
+        if verdict.roll_back:
+            previous = verdict.rollout["previous"]
+            draft.new.update(
+                currentTarget=previous["target"],
+                currentImage=previous["image"],
+                currentApplicationVersion=previous["applicationVersion"],
+            )
+            replicas = int(draft.new.get("desiredReplicas") or 0)
+            draft.new["versions"] = [v.as_status() for v in self.roll_out(draft, listed, replicas)]
+            draft.event("Warning", conditions.REASON_ROLLOUT_STUCK, verdict.stuck or "")
+            draft.outcome.requeue_seconds = 1.0
+        return verdict.stuck, verdict.roll_back
+
+    def pod_problem(self, pool: Pool, sts: Any) -> health.PodProblem | None:
+        """Why the pool's pods (workers and migration Jobs) cannot run, if they cannot."""
+        pods = self.kube.list_pods(pool.namespace, {names.LABEL_POOL: pool.name, names.LABEL_MANAGED_BY: names.MANAGER})
+        problem = health.first_pod_problem(pods)
+        if problem is not None:
+            return problem
+        missing: dict[str, bool] = {}
+        if sts is not None and sts.status is not None:
+            missing[f"StatefulSet/{sts.metadata.name}"] = int(sts.status.replicas or 0) < int(sts.spec.replicas or 0)
+        for job in observe.pool_jobs(self.kube, pool.namespace, pool.name).values():
+            if observe.job_state(job) == "running" and not (job.status.active or 0):
+                missing[f"Job/{job.metadata.name}"] = True
+        if not any(missing.values()):
+            return None
+        events = self.kube.failed_create_events(pool.namespace)
+        return health.creation_problem(events, missing, datetime.now(UTC))

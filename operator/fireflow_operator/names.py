@@ -51,7 +51,7 @@ def common_labels(pool_name: str, component: str) -> dict[str, str]:
 def statefulset_name(pool_name: str, version_index: int = 0) -> str:
     """One StatefulSet per application version: the first keeps the pool's own name (pools from before
     versioned rollouts), later ones are `<pool>-v<N>`, so their pods (executor ids) never collide."""
-    return pool_name if version_index == 0 else f"{pool_name}-v{version_index}"
+    return pool_name if version_index == 0 else f"{pool_name}-v{version_index + 1}"
 
 
 def version_selector_labels(pool_name: str, version_index: int) -> dict[str, str]:

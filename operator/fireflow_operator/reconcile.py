@@ -9,7 +9,6 @@ may take, which apply Job may run on a database) are taken under a lock.
 from __future__ import annotations
 
 import time
-from datetime import UTC, datetime
 from typing import Any
 
 from kubernetes.client.exceptions import ApiException
@@ -19,24 +18,14 @@ from fireflow_operator import (
     conditions,
     connection,
     fleet,
-    health,
     migration,
     names,
-    observe,
     policy,
+    progress,
     queue_settings,
-    recovery,
 )
-from fireflow_operator.budget import (
-    DatabaseFacts,
-)
-from fireflow_operator.builders import (
-    Pool,
-    build_headless_service,
-    build_pdb,
-    build_statefulset,
-    wants_pdb,
-)
+from fireflow_operator.budget import DatabaseFacts
+from fireflow_operator.builders import Pool, build_headless_service, build_pdb, build_statefulset, wants_pdb
 from fireflow_operator.dbprobe import (
     DatabaseQueryError,
     DatabaseUnreachableError,
@@ -166,72 +155,51 @@ class Reconciler:
         pdb = build_pdb(pool) if wants_pdb(pool, plan.allowed) else None
         self.kube.ensure_pdb(pool.namespace, names.pdb_name(pool.name), pdb)
 
-    def _pod_problem(self, pool: Pool, sts: Any) -> health.PodProblem | None:
-        """Why the pool's pods (workers and migration Jobs) cannot run, if they cannot."""
-        pods = self.kube.list_pods(pool.namespace, {names.LABEL_POOL: pool.name, names.LABEL_MANAGED_BY: names.MANAGER})
-        problem = health.first_pod_problem(pods)
-        if problem is not None:
-            return problem
-        missing: dict[str, bool] = {}
-        if sts is not None and sts.status is not None:
-            missing[f"StatefulSet/{sts.metadata.name}"] = int(sts.status.replicas or 0) < int(sts.spec.replicas or 0)
-        for job in observe.pool_jobs(self.kube, pool.namespace, pool.name).values():
-            if observe.job_state(job) == "running" and not (job.status.active or 0):
-                missing[f"Job/{job.metadata.name}"] = True
-        if not any(missing.values()):
-            return None
-        events = self.kube.failed_create_events(pool.namespace)
-        return health.creation_problem(events, missing, datetime.now(UTC))
-
-    def _recover(self, pool: Pool, draft: StatusDraft, statefulsets: dict[str, int], live_pods: set[str]) -> None:
-        """No stranded runs: hand back the PENDING runs of departed pods that will not return, for every
-        version's StatefulSet (name -> the replicas it keeps)."""
-        assert draft.url is not None
-        timeout = self.settings.database_timeout_seconds
-        try:
-            stranded: list[str] = []
-            for sts_name, replicas in statefulsets.items():
-                pending = recovery.pending_executors(draft.url, pool.namespace, sts_name, timeout_seconds=timeout)
-                stranded += recovery.stranded_executors(
-                    pending, namespace=pool.namespace, statefulset=sts_name, replicas=replicas, live_pods=live_pods
-                )
-            recovered = recovery.resume_runs_of(
-                draft.url, pool.spec.dbos.application_name, stranded, timeout_seconds=timeout
-            )
-        except (DatabaseUnreachableError, DatabaseQueryError) as err:
-            draft.event("Warning", conditions.REASON_RUNS_NOT_RECOVERED, f"cannot recover runs yet: {err}")
-            draft.outcome.requeue_seconds = self.settings.resync_seconds
-            return
-        draft.outcome.recovered_runs = recovered
-        if recovered:
-            draft.new["recoveredRuns"] = int(draft.new.get("recoveredRuns", 0)) + recovered
-            message = f"handed {recovered} PENDING run(s) of departed {', '.join(stranded)} back to the queue"
-            draft.event("Normal", "RunsRecovered", message)
-
     def _read_sts(self, pool: Pool, index: int) -> Any:
         name = names.statefulset_name(pool.name, index)
         return read_or_none(self.kube.apps.read_namespaced_stateful_set, name, pool.namespace)
 
+    def _step(
+        self, pool: Pool, facts: DatabaseFacts, draft: StatusDraft, sts: Any, live_pods: set[str]
+    ) -> migration.MigrationStep:
+        """The gate's step; a target that was rolled back stays back until the spec names another one."""
+        target = names.target_hash(pool.spec.image, pool.spec.dbos.application_version)
+        if progress.held_back(draft.new.get("rollout") or {}, target):
+            return migration.MigrationStep(dict(draft.new.get("migration") or {}))
+        step = self.gate.step(pool, facts, draft, sts, live_pods)
+        if step.roll_out and draft.old.get("currentTarget") != draft.new.get("currentTarget"):
+            new = draft.new
+            draft.new["rollout"] = progress.started(
+                new["currentTarget"], new["currentImage"], new["currentApplicationVersion"], draft.old, time.time()
+            )
+        return step
+
+    def _roll_versions(
+        self, pool: Pool, draft: StatusDraft, listed: list[Version], current: Version, sts: Any
+    ) -> tuple[list[Version], Version, Any]:
+        """A rolled-out target: the current version's new image, or a new version on its own StatefulSet."""
+        old_replicas = int(sts.spec.replicas or 0) if sts is not None else 0
+        listed = self.fleet.roll_out(draft, listed, current_replicas=old_replicas)
+        switched = fleet.current_of(listed) or current
+        if switched.index != current.index:
+            migration_status = dict(draft.new.get("migration") or {})
+            migration_status.setdefault("replicasBefore", old_replicas)  # an autoscaler's count carries over
+            draft.new["migration"] = migration_status
+            sts = self._read_sts(pool, switched.index)
+        return listed, switched, sts
+
     def _reconcile_children(
         self, pool: Pool, facts: DatabaseFacts, pools: list[dict[str, Any]], draft: StatusDraft
     ) -> None:
-        namespace, name = pool.namespace, pool.name
-        self.kube.create(self.kube.core.create_namespaced_service, namespace, build_headless_service(pool))
+        name = pool.name
+        self.kube.create(self.kube.core.create_namespaced_service, pool.namespace, build_headless_service(pool))
         listed = fleet.load(draft.new)
         current = fleet.current_of(listed) or Version(pool.spec.dbos.application_version, 0, pool.spec.image, CURRENT)
         sts = self._read_sts(pool, current.index)
-        live_pods = self.kube.list_pod_names(namespace, names.selector_labels(name))  # every version's
-        step = self.gate.step(pool, facts, draft, sts, live_pods)
+        live_pods = self.kube.list_pod_names(pool.namespace, names.selector_labels(name))  # every version's
+        step = self._step(pool, facts, draft, sts, live_pods)
         if step.roll_out:
-            old_replicas = int(sts.spec.replicas or 0) if sts is not None else 0
-            listed = self.fleet.roll_out(draft, listed, current_replicas=old_replicas)
-            switched = fleet.current_of(listed)
-            if switched is not None and switched.index != current.index:  # a new version's own StatefulSet
-                migration_status = dict(draft.new.get("migration") or {})
-                migration_status.setdefault("replicasBefore", old_replicas)  # an autoscaler's count carries over
-                draft.new["migration"] = migration_status
-                sts = self._read_sts(pool, switched.index)
-            current = switched or current
+            listed, current, sts = self._roll_versions(pool, draft, listed, current, sts)
         retiring = self.fleet.plan_retiring(pool, draft, listed)
         kept = 0 if step.hold_at_zero else sum(r.replicas or 0 for r in retiring)
         plan, over_budget = self.budgets.plan(pool, facts, pools, draft, sts, step, retiring_replicas=kept)
@@ -243,15 +211,29 @@ class Reconciler:
         if step.migration.get("phase") == migration.DONE and not step.hold_at_zero and sts is not None:
             sizes = {names.statefulset_name(name, current.index): plan.allowed}
             sizes |= {names.statefulset_name(name, r.version.index): r.replicas or 0 for r in retiring}
-            self._recover(pool, draft, sizes, live_pods)
+            self.fleet.recover(pool, draft, sizes, live_pods)
+        for event in (e for r in retiring for e in r.events):
+            draft.event("Normal", *event)
+        self._summarize(pool, draft, step, listed, current, over_budget, retiring)
 
+    def _summarize(
+        self,
+        pool: Pool,
+        draft: StatusDraft,
+        step: migration.MigrationStep,
+        listed: list[Version],
+        current: Version,
+        over_budget: str | None,
+        retiring: list[fleet.Retiring],
+    ) -> None:
         sts_now = self._read_sts(pool, current.index)
         sts_status = sts_now.status if sts_now is not None else None
-        problem = self._pod_problem(pool, sts_now)
+        problem = self.fleet.pod_problem(pool, sts_now)
         draft.new["replicas"] = int(sts_status.replicas or 0) if sts_status is not None else 0
         draft.new["readyReplicas"] = int(sts_status.ready_replicas or 0) if sts_status is not None else 0
-        draft.new["selector"] = names.scale_selector(name, current.index)
-        if listed:
+        draft.new["selector"] = names.scale_selector(pool.name, current.index)
+        stuck, rolled_back = self.fleet.check_progress(pool, draft, listed, sts_status)
+        if listed and not rolled_back:  # a rollback wrote the versions it restores
             self.fleet.make_current_latest(pool, draft, current, draft.new["readyReplicas"])
             draft.new["versions"] = self.fleet.versions_status(pool, listed, retiring)
         summary = summarize(
@@ -263,12 +245,11 @@ class Reconciler:
             updated=int(sts_status.updated_replicas or 0) if sts_status is not None else 0,
             over_budget=None if step.hold_at_zero else over_budget,
             pod_problem=(problem.reason, problem.message) if problem is not None else None,
+            stuck=stuck,
         )
         for kind, ok, reason, message in summary.conditions:
             draft.cond(kind, ok, reason, message)
         draft.new["phase"], draft.new["phaseReason"] = summary.phase, summary.reason
-        for event in (e for r in retiring for e in r.events):
-            draft.event("Normal", *event)
         if step.failure and not step.abandoned:
             draft.outcome.requeue_seconds = max(1.0, float(step.migration.get("retryAt", 0)) - time.time())
         elif summary.progressing or retiring:

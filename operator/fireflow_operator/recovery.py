@@ -9,6 +9,7 @@ processes on one run would run its current step twice.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterable
 
 import psycopg
@@ -16,19 +17,25 @@ import psycopg
 from fireflow_operator.dbprobe import DatabaseQueryError, connect
 from fireflow_operator.dsn import libpq_dsn
 
+_ORDINAL = re.compile(r"(\d+)(?:-p\d+)?")
+
 
 def stranded_executors(
     pending_executors: Iterable[str], *, namespace: str, statefulset: str, replicas: int, live_pods: set[str]
 ) -> list[str]:
-    """Executor ids of this pool's pods that will not return (ordinal >= replicas) and are gone."""
+    """Executor ids of this StatefulSet's pods that will not return (ordinal >= replicas) and are gone.
+
+    An id is `<namespace>.<statefulset>-<ordinal>`, or `...-<ordinal>-p<k>` for the k-th worker process of a
+    pod; another version's StatefulSet (`<statefulset>-v<N>-...`) never matches.
+    """
     prefix = f"{namespace}.{statefulset}-"
     stranded = []
     for executor in pending_executors:
-        ordinal = executor.removeprefix(prefix)
-        if executor == ordinal or not ordinal.isdigit():
+        match = _ORDINAL.fullmatch(executor.removeprefix(prefix)) if executor.startswith(prefix) else None
+        if match is None:
             continue
-        pod = f"{statefulset}-{ordinal}"
-        if int(ordinal) >= replicas and pod not in live_pods:
+        ordinal = int(match.group(1))
+        if ordinal >= replicas and f"{statefulset}-{ordinal}" not in live_pods:
             stranded.append(executor)
     return sorted(stranded)
 

@@ -39,6 +39,7 @@ def summarize(
     updated: int,
     over_budget: str | None = None,
     pod_problem: tuple[str, str] | None = None,
+    stuck: str | None = None,
 ) -> Summary:
     """`over_budget`: why the pool runs fewer workers than it asks for (the budget's explanation);
     `pod_problem`: (reason, message) of a pod that cannot run, in the pod's own words."""
@@ -82,6 +83,13 @@ def summarize(
         conds = [cond for cond in conds if cond[0] != c.READY]
         conds.append((c.READY, False, *pod_problem))
         phase, phase_reason = c.DEGRADED, pod_problem[0]
+    if stuck and not step.failure:
+        conds = [cond for cond in conds if cond[0] not in (c.PROGRESSING, c.DEGRADED_CONDITION)]
+        conds += [
+            (c.PROGRESSING, False, c.REASON_ROLLOUT_STUCK, stuck),
+            (c.DEGRADED_CONDITION, True, c.REASON_ROLLOUT_STUCK, stuck),
+        ]
+        phase, phase_reason = c.DEGRADED, c.REASON_ROLLOUT_STUCK
     if step.failure:
         phase, phase_reason = c.DEGRADED, _failure_reason(step)
     return Summary(phase, phase_reason, progressing, conds)

@@ -99,14 +99,14 @@ def test_should_hold_until_an_apply_of_an_earlier_target_ends() -> None:
 
 
 def test_should_apply_online_while_the_pool_serves_unless_the_step_is_unsafe() -> None:
-    safe = migration.JobObservation("succeeded", {**_behind().summary, "online_safe": True})  # type: ignore[dict-item]
+    safe = migration.JobObservation("succeeded", {**_behind().summary, "online_safe": True})
     planning = _step().migration
     online = _step(migration=planning, plan_job=safe)
     assert (online.migration["phase"], online.create_job, online.hold_at_zero) == ("Applying", "apply", False)
     assert online.migration["message"] == "schema 100 is behind 125: applying online, the pool keeps serving"
     running = _step(migration=online.migration, apply_job=migration.JobObservation("running"))
     assert running.hold_at_zero is False  # the previous version keeps serving
-    unsafe_summary = {**_behind().summary, "online_safe": False, "unsafe": ["migration 3: builds an index"]}  # type: ignore[dict-item]
+    unsafe_summary = {**_behind().summary, "online_safe": False, "unsafe": ["migration 3: builds an index"]}
     drained = _step(migration=planning, plan_job=migration.JobObservation("succeeded", unsafe_summary))
     assert (drained.migration["phase"], drained.hold_at_zero) == ("Draining", True)
     assert drained.migration["message"].endswith("as the step is not online-safe (migration 3: builds an index)")
@@ -220,9 +220,8 @@ class _World:
                 assert not [a for a in self.running_applies() if a != name], "two apply Jobs at once"
             if name not in self.jobs:
                 self.clock += 1
-                self.jobs[name] = {
-                    "mode": step.create_job, "target": target, "state": "running", "created": self.clock, "online": online
-                }  # fmt: skip
+                self.jobs[name] = {"mode": step.create_job, "target": target, "state": "running",
+                                   "created": self.clock, "online": online}  # fmt: skip
         current = self.current_target
         if step.roll_out:
             target = self.spec_target

@@ -97,6 +97,9 @@ def test_should_keep_running_workers_through_a_burst_but_not_grow_into_it() -> N
 
 
 def test_should_strand_only_gone_pods_at_or_above_the_replica_count() -> None:
-    pending = ["ns.pool-0", "ns.pool-1", "ns.pool-2", "ns.pool-3", "other.pool-4", "ns.poolx-5"]
+    pending = ["ns.pool-0", "ns.pool-1", "ns.pool-2", "ns.pool-3", "other.pool-4", "ns.poolx-5", "ns.pool-3-p1",
+               "ns.pool-v2-7", "ns.pool-1x"]  # fmt: skip
     stranded = stranded_executors(pending, namespace="ns", statefulset="pool", replicas=1, live_pods={"pool-2"})
-    assert stranded == ["ns.pool-1", "ns.pool-3"]  # pool-2 still exists: it may be running its runs
+    assert stranded == ["ns.pool-1", "ns.pool-3", "ns.pool-3-p1"]  # pool-2 still exists: it may be running its runs
+    versioned = stranded_executors(pending, namespace="ns", statefulset="pool-v2", replicas=3, live_pods=set())
+    assert versioned == ["ns.pool-v2-7"]
