@@ -93,12 +93,13 @@ class Fleet:
                 version, pending=pending, enqueued=enqueued, worker_concurrency=spec.dbos.worker_concurrency,
                 now=time.time(), retire_after=spec.rollout.retire_after_seconds,
             )  # fmt: skip
-            plans.append(Retiring(version, plan.replicas, pending, enqueued, plan.events))
-            if plan.fork:
-                self._fork(pool, draft, version, statefulsets)
+            forked = plan.fork and self._fork(pool, draft, version, statefulsets)
+            kept = versions.Version(**{**version.__dict__, "forked": True}) if forked else version
+            plans.append(Retiring(kept, plan.replicas, pending, enqueued, plan.events))
         return plans
 
-    def _fork(self, pool: Pool, draft: StatusDraft, version: versions.Version, statefulsets: list[str]) -> None:
+    def _fork(self, pool: Pool, draft: StatusDraft, version: versions.Version, statefulsets: list[str]) -> bool:
+        """Fork what `version` still has onto the current version; True once done (then never again)."""
         assert draft.url is not None
         current = current_of(load(draft.new)) or version
         try:
@@ -111,12 +112,14 @@ class Fleet:
             )
         except (DatabaseUnreachableError, DatabaseQueryError) as err:
             draft.event("Warning", "VersionForkFailed", str(err))
-            return
-        draft.event("Normal", "RunsForked", f"forked {len(forked)} run(s) of {version.application_version!r} onto "
-                                            f"{current.application_version!r}: {', '.join(forked[:20])}")  # fmt: skip
-        draft.new["versions"] = [
-            {**v, "forked": True} if v.get("index") == version.index else v for v in draft.new.get("versions") or []
-        ]
+            return False
+        if forked:  # a second attempt (its status lost) finds the runs cancelled already: nothing to say
+            message = (
+                f"forked {len(forked)} run(s) of {version.application_version!r} onto "
+                f"{current.application_version!r}: {', '.join(forked[:20])}"
+            )
+            draft.event("Normal", "RunsForked", message)
+        return True
 
     def apply_retiring(self, pool: Pool, plans: list[Retiring], *, hold_at_zero: bool) -> None:
         """Size every retiring version's StatefulSet (zero while an offline migration holds), or delete it."""
@@ -158,7 +161,9 @@ class Fleet:
         """status.versions: every live version with its image, StatefulSet, replicas and runs left."""
         by_index = {plan.version.index: plan for plan in plans}
         entries = []
-        for version in listed:
+        for listed_version in listed:
+            plan = by_index.get(listed_version.index)
+            version = plan.version if plan is not None else listed_version
             name = names.statefulset_name(pool.name, version.index)
             sts = read_or_none(self.kube.apps.read_namespaced_stateful_set, name, pool.namespace)
             status = sts.status if sts is not None else None
@@ -168,7 +173,6 @@ class Fleet:
                 "replicas": int(status.replicas or 0) if status is not None else 0,
                 "readyReplicas": int(status.ready_replicas or 0) if status is not None else 0,
             }
-            plan = by_index.get(version.index)
             if plan is not None:
                 entry["runsLeft"] = {"pending": plan.pending, "enqueued": plan.enqueued}
             entries.append(entry)

@@ -8,6 +8,7 @@ An image is matched by its repository basename: registry, path and tag are ignor
 | `fireflow-worker`   | `<venv>/bin/fireflow-worker`     | `FIREFLOW_HEALTH_PORT`          |
 | `fireflow-operator` | `<venv>/bin/fireflow-operator`   | `FIREFLOW_OPERATOR_METRICS_PORT`|
 | `python`            | none (CMD is `python3`)          | `PORT` (and `HOST`=127.0.0.1)   |
+| `fireflow-worker-crashing` | `crashing-worker.sh`: migrates, its worker exits at start | `FIREFLOW_HEALTH_PORT` |
 
 Every pod shares 127.0.0.1, so the node gives each declared `containerPort` its own free host port and
 tells the process the host port of the container's *first* declared port through the image's port
@@ -26,6 +27,7 @@ from pathlib import Path
 
 from .tools import venv_bin
 
+CRASHING_WORKER = str(Path(__file__).with_name("crashing-worker.sh"))
 TEST_IMAGE = "python:3.13-slim"  # the tests' tiny-server image: real in kind, sys.executable locally
 
 
@@ -66,6 +68,16 @@ def _table() -> dict[str, LocalImage]:
                 **python,
             },
             env=unbuffered,
+            loopback_env={"FIREFLOW_HEALTH_HOST": "127.0.0.1"},
+            termination_env="FIREFLOW_TERMINATION_LOG",
+        ),
+        # A worker image with a fatal bug: migrations work, every worker exits at start (rollback tests).
+        "fireflow-worker-crashing": LocalImage(
+            entrypoint=(CRASHING_WORKER,),
+            cmd=(),
+            port_env="FIREFLOW_HEALTH_PORT",
+            executables={"fireflow-worker": CRASHING_WORKER, **python},
+            env={**unbuffered, "FIREFLOW_REAL_WORKER": _venv_tool("fireflow-worker")},
             loopback_env={"FIREFLOW_HEALTH_HOST": "127.0.0.1"},
             termination_env="FIREFLOW_TERMINATION_LOG",
         ),

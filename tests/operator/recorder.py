@@ -106,8 +106,9 @@ def worker_pods(changes: list[Change]) -> list[Change]:
     return [c for c in changes if c.kind == "Pod" and c.component == "worker"]
 
 
-def violations(changes: list[Change]) -> list[str]:
-    """Every place where the recorded history breaks one of the migration gate's promises."""
+def violations(changes: list[Change], *, online: bool = False) -> list[str]:
+    """Every place where the recorded history breaks one of the migration gate's promises. `online`: the
+    pool keeps serving during an apply (only a new target's workers wait for it)."""
     problems: list[str] = []
     live_workers: dict[str, str] = {}  # pod -> image
     running_applies: set[str] = set()
@@ -127,7 +128,7 @@ def violations(changes: list[Change]) -> list[str]:
                 if active and change.name not in running_applies:
                     if running_applies:
                         problems.append(f"rv {change.rv}: apply {change.name} while {sorted(running_applies)} run")
-                    if live_workers:
+                    if live_workers and not online:
                         problems.append(f"rv {change.rv}: apply {change.name} while workers {sorted(live_workers)}")
                     running_applies.add(change.name)
                 elif not active and change.name in running_applies:
@@ -150,7 +151,7 @@ def violations(changes: list[Change]) -> list[str]:
         if change.name in live_workers:
             continue
         live_workers[change.name] = change.image
-        if running_applies:
+        if running_applies and not online:
             problems.append(f"rv {change.rv}: worker {change.name} added while {sorted(running_applies)} run")
         plan = latest_plan.get(change.image)
         if plan is None:

@@ -66,7 +66,7 @@ def test_should_start_no_pod_of_a_new_version_before_its_migration_succeeded(
 ) -> None:
     create_secret(kube_api, kube_namespace, pool_database)
     recorder = Recorder(kube_api, kube_namespace)
-    create_pool(kube_api, kube_namespace, "pool", replicas=2)
+    create_pool(kube_api, kube_namespace, "pool", replicas=2, migration={"strategy": "Offline"})
     wait_for_condition(kube_api, kube_namespace, "pool", "Ready")
     set_schema_behind(pool_database)
     patch_pool(kube_api, kube_namespace, "pool", {"image": "fireflow-worker:2"})

@@ -31,7 +31,10 @@ def test_should_create_exactly_the_expected_children_and_become_ready(
     assert status["schemaVersion"] == migrate.required_version()
     assert condition(pool, "SchemaReady")["status"] == "True"
     assert condition(pool, "ConnectionBudget")["status"] == "True"
-    assert status["selector"] == "app.kubernetes.io/name=fireflow-worker,app.kubernetes.io/instance=workers"
+    # /scale counts the current version only (the first version's pods carry no version label)
+    assert status["selector"] == (
+        "app.kubernetes.io/name=fireflow-worker,app.kubernetes.io/instance=workers,!fireflow.persistent.ai/version-index"
+    )
 
     sts = AppsV1Api(kube_api).read_namespaced_stateful_set("workers", ns)
     assert sts.spec.replicas == 2

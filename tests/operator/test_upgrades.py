@@ -1,0 +1,239 @@
+"""Upgrades that stop nothing: online migrations under load, versioned rollouts that keep old runs on their own
+version until the database shows none left, retirement by fork, rollback to an earlier application version,
+and a stuck rollout rolled back. Against the real control plane and PostgreSQL.
+
+The longest gap between two claims is printed for both migration strategies (benchmarks/bench_upgrade.py
+reports the same figure); no test asserts a duration.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from typing import Any
+
+import psycopg
+import pytest
+from fireflow_worker.client import FireflowClient
+from kubernetes.client import ApiClient, AppsV1Api
+
+from tests.operator.conftest import (
+    OperatorProcess,
+    condition,
+    create_pool,
+    create_secret,
+    get_pool,
+    list_events,
+    patch_pool,
+    rolled_out,
+    set_schema_behind,
+    wait_for_condition,
+    wait_for_pool,
+    wait_until,
+)
+from tests.operator.recorder import Recorder, violations, worker_pods
+from tests.operator.upgrade_traffic import Traffic
+
+QUICK: dict[str, Any] = {"pollingIntervalMs": 50, "shutdownDrainTimeoutMs": 3000, "systemDatabasePoolSize": 5}
+
+
+def _sleepy(seconds: int) -> dict[str, Any]:
+    return {"name": "long", "nodes": {"nap": {"type": "sleep", "params": {"seconds": seconds}}}}
+
+
+def _statefulsets(api: ApiClient, namespace: str) -> list[str]:
+    return sorted(str(s.metadata.name) for s in AppsV1Api(api).list_namespaced_stateful_set(namespace).items)
+
+
+def _statuses(url: str, runs: list[str]) -> set[str]:
+    return {status for status, _, _ in _run_rows(url, runs).values()}
+
+
+def _versions(url: str, runs: list[str]) -> set[str]:
+    return {version for _, version, _ in _run_rows(url, runs).values()}
+
+
+def _events_named(api: ApiClient, namespace: str, reason: str) -> list[str]:
+    return [str(e.message) for e in list_events(api, namespace) if e.reason == reason]
+
+
+def _run_rows(url: str, runs: list[str]) -> dict[str, tuple[str, str, str]]:
+    with psycopg.connect(url) as conn:
+        rows = conn.execute(
+            "SELECT workflow_uuid, status, application_version, executor_id FROM dbos.workflow_status "
+            "WHERE workflow_uuid = ANY(%s)",
+            (runs,),
+        ).fetchall()
+    return {str(r[0]): (str(r[1]), str(r[2]), str(r[3])) for r in rows}
+
+
+@pytest.mark.parametrize("strategy", ["Online", "Offline"])
+def test_should_migrate_a_busy_pool_without_losing_a_run(
+    kube_api: ApiClient, kube_namespace: str, operator: OperatorProcess, pool_database: str, strategy: str
+) -> None:
+    create_secret(kube_api, kube_namespace, pool_database)
+    create_pool(kube_api, kube_namespace, "pool", replicas=2, dbos=QUICK,
+                migration={"strategy": strategy, "lockTimeoutMs": 2000, "retries": 10})  # fmt: skip
+    wait_for_condition(kube_api, kube_namespace, "pool", "Ready")
+    recorder = Recorder(kube_api, kube_namespace)
+    traffic = Traffic(pool_database)
+    time.sleep(3)
+    set_schema_behind(pool_database)  # the new image needs the last DBOS migrations (all online-safe)
+    patch_pool(kube_api, kube_namespace, "pool", {"image": "fireflow-worker:2"})
+    wait_for_pool(kube_api, kube_namespace, "pool", "the new version", rolled_out("fireflow-worker:2"))
+    time.sleep(3)
+    traffic.stop()
+    wait_until("every run finished", lambda: not [r for r in traffic.claims().unfinished if r[1] != "LOST"])
+    claims = traffic.claims()
+    recorder.close()
+    changes = recorder.ordered()
+    print(f"{strategy}: {claims.runs} runs, longest gap between two claims {claims.longest_gap_seconds:.2f} s")
+    assert claims.unfinished == [], "a run failed or was lost during the upgrade"
+    assert violations(changes, online=strategy == "Online") == []
+    applies = [c for c in changes if c.kind == "Job" and c.component == "migration-apply"]
+    assert applies, "the upgrade applied a migration"
+    apply_started, apply_ended = applies[0].rv, max(c.rv for c in applies if c.finished)
+    live = {c.name for c in worker_pods(changes) if c.type != "DELETED" and c.rv < apply_started}
+    for change in worker_pods(changes):
+        if apply_started <= change.rv <= apply_ended and change.type == "DELETED":
+            live.discard(change.name)
+    if strategy == "Online":
+        assert live, "the pool stopped serving during an online migration"
+    else:
+        assert not live, "workers ran during an offline migration"
+
+
+def test_should_keep_old_runs_on_their_version_and_retire_it_when_none_is_left(
+    kube_api: ApiClient, kube_namespace: str, operator: OperatorProcess, pool_database: str
+) -> None:
+    create_secret(kube_api, kube_namespace, pool_database)
+    create_pool(kube_api, kube_namespace, "pool", replicas=2, dbos={**QUICK, "applicationVersion": "1"})
+    wait_for_condition(kube_api, kube_namespace, "pool", "Ready")
+    with FireflowClient(pool_database) as client:
+        old = [client.enqueue(_sleepy(25)) for _ in range(3)]
+        wait_until("old runs claimed", lambda: _statuses(pool_database, old) == {"PENDING"})
+        patch_pool(kube_api, kube_namespace, "pool", {"dbos": {"applicationVersion": "2"}})
+        pool = wait_for_pool(kube_api, kube_namespace, "pool", "two versions",
+                             lambda p: len(p["status"].get("versions") or []) == 2
+                             and condition(p, "Ready").get("status") == "True")  # fmt: skip
+        versions = {v["applicationVersion"]: v for v in pool["status"]["versions"]}
+        assert versions["2"]["state"] == "Current" and versions["2"]["statefulSet"] == "pool-v2"
+        assert versions["1"]["state"] == "Retiring" and versions["1"]["runsLeft"]["pending"] == 3
+        assert pool["status"]["selector"].endswith("fireflow.persistent.ai/version-index=1")
+        new = [client.enqueue(_sleepy(1)) for _ in range(4)]
+        wait_until("new runs done", lambda: {s for s, _, _ in _run_rows(pool_database, new).values()} == {"SUCCESS"})
+    rows = _run_rows(pool_database, new)
+    assert {v for _, v, _ in rows.values()} == {"2"} and all(
+        e.split(".")[1].startswith("pool-v2-") for _, _, e in rows.values()
+    )
+    assert _statefulsets(kube_api, kube_namespace) == ["pool", "pool-v2"]
+    wait_until("old runs done on their version", lambda: _statuses(pool_database, old) == {"SUCCESS"}, timeout=120)
+    assert _versions(pool_database, old) == {"1"}
+    wait_until("version 1 retired", lambda: _statefulsets(kube_api, kube_namespace) == ["pool-v2"], timeout=120)
+    reasons = [(e.reason, e.message) for e in list_events(kube_api, kube_namespace)]
+    assert any(r == "VersionRetiring" and "3 run(s) left (3 PENDING, 0 ENQUEUED)" in m for r, m in reasons), reasons
+    assert any(r == "VersionRetired" for r, _ in reasons)
+    assert [v["applicationVersion"] for v in get_pool(kube_api, kube_namespace, "pool")["status"]["versions"]] == ["2"]
+
+
+def test_should_fork_what_an_old_version_still_has_after_retire_after_seconds(
+    kube_api: ApiClient, kube_namespace: str, operator: OperatorProcess, pool_database: str
+) -> None:
+    create_secret(kube_api, kube_namespace, pool_database)
+    create_pool(kube_api, kube_namespace, "pool", replicas=1, dbos={**QUICK, "applicationVersion": "1"},
+                rollout={"retireAfterSeconds": 5})  # fmt: skip
+    wait_for_condition(kube_api, kube_namespace, "pool", "Ready")
+    with FireflowClient(pool_database) as client:
+        old = [client.enqueue(_sleepy(300)) for _ in range(2)]
+        wait_until("old runs claimed", lambda: _statuses(pool_database, old) == {"PENDING"})
+        patch_pool(kube_api, kube_namespace, "pool", {"dbos": {"applicationVersion": "2"}})
+        wait_until(
+            "the runs forked", lambda: any(e.reason == "RunsForked" for e in list_events(kube_api, kube_namespace))
+        )
+    forked_event = next(e for e in list_events(kube_api, kube_namespace) if e.reason == "RunsForked")
+    assert forked_event.message.startswith("forked 2 run(s) of '1' onto '2': ")
+    forked = forked_event.message.split(": ", 1)[1].split(", ")
+    assert {s for s, _, _ in _run_rows(pool_database, old).values()} == {"CANCELLED"}
+    wait_until(
+        "the forks run on version 2", lambda: {v for _, v, _ in _run_rows(pool_database, forked).values()} == {"2"}
+    )
+    wait_until("version 1 retired", lambda: _statefulsets(kube_api, kube_namespace) == ["pool-v2"], timeout=120)
+    assert len(_events_named(kube_api, kube_namespace, "RunsForked")) == 1  # forked once
+
+
+def test_should_serve_new_runs_after_a_rollback_to_an_earlier_application_version(
+    kube_api: ApiClient, kube_namespace: str, operator: OperatorProcess, pool_database: str
+) -> None:
+    create_secret(kube_api, kube_namespace, pool_database)
+    create_pool(kube_api, kube_namespace, "pool", replicas=1, dbos={**QUICK, "applicationVersion": "1"})
+    wait_for_condition(kube_api, kube_namespace, "pool", "Ready")
+    for version in ("2", "1"):
+        patch_pool(kube_api, kube_namespace, "pool", {"dbos": {"applicationVersion": version}})
+
+        def only(pool: dict[str, Any], version: str = version) -> bool:
+            listed = [v["applicationVersion"] for v in pool["status"].get("versions") or []]
+            return listed == [version] and condition(pool, "Ready").get("status") == "True"
+
+        wait_for_pool(kube_api, kube_namespace, "pool", f"version {version} alone", only)
+    with FireflowClient(pool_database) as client:
+        runs = [client.enqueue(_sleepy(0)) for _ in range(3)]
+        wait_until("new runs served by version 1", lambda: _statuses(pool_database, runs) == {"SUCCESS"})
+    assert _versions(pool_database, runs) == {"1"}
+    assert _statefulsets(kube_api, kube_namespace) == ["pool-v3"]  # each version its own pods, never reused
+
+
+def test_should_roll_back_a_rollout_stuck_past_its_deadline(
+    kube_api: ApiClient, kube_namespace: str, operator: OperatorProcess, pool_database: str
+) -> None:
+    create_secret(kube_api, kube_namespace, pool_database)
+    create_pool(kube_api, kube_namespace, "pool", replicas=2, dbos=QUICK,
+                rollout={"progressDeadlineSeconds": 15, "autoRollback": True})  # fmt: skip
+    wait_for_condition(kube_api, kube_namespace, "pool", "Ready")
+    patch_pool(kube_api, kube_namespace, "pool", {"image": "fireflow-worker-crashing:2"})
+    pool = wait_for_pool(kube_api, kube_namespace, "pool", "rolled back",
+                         lambda p: (p["status"].get("rollout") or {}).get("state") == "RolledBack")  # fmt: skip
+    message = condition(pool, "Progressing")["message"]
+    assert condition(pool, "Progressing")["reason"] == "RolloutStuck"
+    assert "workers of fireflow-worker-crashing:2 (application version '1') ready within spec.rollout." in message
+    assert message.endswith("rolled back to fireflow-worker:1 (application version '1') until spec.image or "
+                            "spec.dbos.applicationVersion changes")  # fmt: skip
+    wait_for_pool(kube_api, kube_namespace, "pool", "the previous image serving",
+                  lambda p: (p["status"].get("readyReplicas"), p["status"].get("currentImage"))
+                  == (2, "fireflow-worker:1"))  # fmt: skip
+    sts = AppsV1Api(kube_api).read_namespaced_stateful_set("pool", kube_namespace)
+    assert sts.spec.template.spec.containers[0].image == "fireflow-worker:1"
+    time.sleep(10)  # the stuck target is not tried again while the spec names it
+    assert get_pool(kube_api, kube_namespace, "pool")["status"]["currentImage"] == "fireflow-worker:1"
+    patch_pool(kube_api, kube_namespace, "pool", {"image": "fireflow-worker:3"})
+    wait_for_pool(kube_api, kube_namespace, "pool", "a fixed image", rolled_out("fireflow-worker:3"))
+
+
+def test_should_not_duplicate_statefulsets_or_forks_when_the_operator_restarts_mid_rollout(
+    kube_api: ApiClient, kube_namespace: str, operator: OperatorProcess, pool_database: str
+) -> None:
+    create_secret(kube_api, kube_namespace, pool_database)
+    create_pool(kube_api, kube_namespace, "pool", replicas=1, dbos={**QUICK, "applicationVersion": "1"},
+                rollout={"retireAfterSeconds": 8})  # fmt: skip
+    wait_for_condition(kube_api, kube_namespace, "pool", "Ready")
+    with FireflowClient(pool_database) as client:
+        old = [client.enqueue(_sleepy(300)) for _ in range(2)]
+        wait_until("old runs claimed", lambda: _statuses(pool_database, old) == {"PENDING"})
+    seen: set[str] = set()
+    current = operator
+    patch_pool(kube_api, kube_namespace, "pool", {"dbos": {"applicationVersion": "2"}})
+    for pause in (0.5, 2.0, 4.0, 7.0, 9.0):
+        time.sleep(pause)
+        seen |= set(_statefulsets(kube_api, kube_namespace))
+        current.kill()
+        current = OperatorProcess(operator.cluster).start()
+    try:
+        wait_until("version 1 retired", lambda: _statefulsets(kube_api, kube_namespace) == ["pool-v2"], timeout=180)
+        assert seen <= {"pool", "pool-v2"}
+        events = list_events(kube_api, kube_namespace)
+        assert sum(e.reason == "RunsForked" for e in events) == 1, [
+            e.message for e in events if e.reason == "RunsForked"
+        ]
+        pool = get_pool(kube_api, kube_namespace, "pool")
+        assert json.dumps(pool["status"]["versions"]).count("pool-v2") == 1
+    finally:
+        current.stop()
