@@ -89,6 +89,8 @@ def test_should_scale_the_production_pool_through_its_scale_subresource_on_queue
     assert "FROM dbos.workflow_status" in query
     assert "queue_name = 'fireflow-executions'" in query
     assert "'ENQUEUED'" in query
+    # The current version's runs only: older versions are sized by the operator, not by the autoscaler.
+    assert f"application_version = '{spec.dbos.application_version}'" in query
     assert float(trigger["metadata"]["targetQueryValue"]) == spec.dbos.worker_concurrency
     assert 1 <= scaled["spec"]["minReplicaCount"] <= scaled["spec"]["maxReplicaCount"]
     # drain < grace period < the autoscaler's scale-down window: a leaving worker finishes before the next goes.
