@@ -32,7 +32,7 @@ NAMESPACED_RULES: set[tuple[str, str, str]] = {
     *(("fireflow.persistent.ai", "fireflowworkerpools", v) for v in ("get", "list", "watch", "patch")),
     *(("fireflow.persistent.ai", "fireflowworkerpools/status", v) for v in ("get", "patch", "update")),
     ("fireflow.persistent.ai", "fireflowworkerpools/finalizers", "update"),
-    *(("apps", "statefulsets", v) for v in ("get", "list", "watch", "create", "update", "patch")),
+    *(("apps", "statefulsets", v) for v in ("get", "list", "watch", "create", "update", "patch", "delete")),
     ("apps", "statefulsets/scale", "patch"),
     *(("", "services", v) for v in ("get", "list", "watch", "create")),
     *(("policy", "poddisruptionbudgets", v) for v in ("get", "list", "watch", "create", "patch", "delete")),

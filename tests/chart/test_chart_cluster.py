@@ -38,7 +38,7 @@ pytestmark = pytest.mark.usefixtures("helm_bin")
 
 # What the operator must never be able to do, whatever the mode.
 FORBIDDEN = [
-    ("delete", "apps", "statefulsets"),
+    ("delete", "apps", "deployments"),
     ("list", "", "secrets"),
     ("watch", "", "secrets"),
     ("update", "", "secrets"),

@@ -100,10 +100,11 @@ reconcile.py, kube.py, handlers.py) and what kopf does for it. The same list goe
 - apiGroups: ["fireflow.persistent.ai"]
   resources: ["fireflowworkerpools/finalizers"]
   verbs: ["update"]
-# The workers.
+# The workers: a StatefulSet per application version, an old one deleted once the database shows none of its
+# runs left.
 - apiGroups: ["apps"]
   resources: ["statefulsets"]
-  verbs: ["get", "list", "watch", "create", "update", "patch"]
+  verbs: ["get", "list", "watch", "create", "update", "patch", "delete"]
 # Scale to zero before a migration and when a pool is deleted.
 - apiGroups: ["apps"]
   resources: ["statefulsets/scale"]
