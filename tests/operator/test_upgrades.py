@@ -138,9 +138,11 @@ def test_should_keep_old_runs_on_their_version_and_retire_it_when_none_is_left(
     wait_until("old runs done on their version", lambda: _statuses(pool_database, old) == {"SUCCESS"}, timeout=120)
     assert _versions(pool_database, old) == {"1"}
     wait_until("version 1 retired", lambda: _statefulsets(kube_api, kube_namespace) == ["pool-v2"], timeout=120)
-    reasons = [(e.reason, e.message) for e in list_events(kube_api, kube_namespace)]
-    assert any(r == "VersionRetiring" and "3 run(s) left (3 PENDING, 0 ENQUEUED)" in m for r, m in reasons), reasons
-    assert any(r == "VersionRetired" for r, _ in reasons)
+    wait_until(
+        "the retirement event", lambda: _events_named(kube_api, kube_namespace, "VersionRetired")
+    )  # posted async
+    retiring = _events_named(kube_api, kube_namespace, "VersionRetiring")
+    assert any("3 run(s) left (3 PENDING, 0 ENQUEUED)" in m for m in retiring), retiring
     assert [v["applicationVersion"] for v in get_pool(kube_api, kube_namespace, "pool")["status"]["versions"]] == ["2"]
 
 
