@@ -16,7 +16,6 @@ import json
 import os
 import random
 import tempfile
-import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -39,6 +38,7 @@ from tests.operator.conftest import (
     wait_until,
 )
 from tests.operator.recorder import Recorder, violations
+from tests.operator.upgrade_traffic import Traffic
 
 COMPONENT = "app.kubernetes.io/component"
 SEEDS = [int(s) for s in os.environ.get("FIREFLOW_SEQUENCE_SEEDS", "1,2").split(",") if s.strip()]
@@ -49,35 +49,6 @@ SHORT = {
         "b": {"type": "template", "params": {"template": "done"}, "after": ["a"]},
     },
 }
-
-
-class _Traffic:
-    """Runs enqueued every half second while the sequence plays; every one must finish."""
-
-    def __init__(self, url: str) -> None:
-        self.url = url
-        self.runs: list[str] = []
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._enqueue, daemon=True)
-        self._thread.start()
-
-    def _enqueue(self) -> None:
-        with FireflowClient(self.url) as client:
-            while not self._stop.wait(0.5):
-                self.runs.append(client.enqueue(SHORT))
-
-    def stop(self) -> None:
-        self._stop.set()
-        self._thread.join()
-
-    def unfinished(self) -> list[tuple[str, str]]:
-        with psycopg.connect(self.url) as conn:
-            rows = conn.execute(
-                "SELECT workflow_uuid, status FROM dbos.workflow_status WHERE workflow_uuid = ANY(%s) "
-                "AND status <> 'SUCCESS'",
-                (self.runs,),
-            ).fetchall()
-        return [(str(r[0]), str(r[1])) for r in rows]
 
 
 class _Player:
@@ -172,14 +143,14 @@ def test_should_keep_every_promise_through_a_random_sequence(
         migration={"lockTimeoutMs": 500, "retries": 1, "maxAttempts": 3, "strategy": strategy},
     )  # fmt: skip
     wait_for_pool(kube_api, kube_namespace, "pool", "ready", lambda p: condition(p, "Ready").get("status") == "True")
-    traffic = _Traffic(pool_database)
+    traffic = Traffic(pool_database, interval=0.5, flow=SHORT)
     player = _Player(seed, kube_api, kube_namespace, operator, pool_database)
     try:
         for _ in range(10):
             player.act()
         player.settle()
         traffic.stop()
-        wait_until(f"every run finished after {player.log}", lambda: not traffic.unfinished(), timeout=240)
+        wait_until(f"every run finished after {player.log}", lambda: not traffic.claims().unfinished, timeout=240)
         recorder.close()
         problems = violations(recorder.ordered(), online=strategy == "Online")
         if problems:

@@ -129,44 +129,43 @@ def test_should_keep_old_runs_on_their_version_and_retire_it_when_none_is_left(
         assert versions["1"]["state"] == "Retiring" and versions["1"]["runsLeft"]["pending"] == 3
         assert pool["status"]["selector"].endswith("fireflow.persistent.ai/version-index=1")
         new = [client.enqueue(_sleepy(1)) for _ in range(4)]
-        wait_until("new runs done", lambda: {s for s, _, _ in _run_rows(pool_database, new).values()} == {"SUCCESS"})
-    rows = _run_rows(pool_database, new)
-    assert {v for _, v, _ in rows.values()} == {"2"} and all(
-        e.split(".")[1].startswith("pool-v2-") for _, _, e in rows.values()
-    )
+        wait_until("new runs done", lambda: _statuses(pool_database, new) == {"SUCCESS"})
+    assert _versions(pool_database, new) == {"2"}
+    assert all(e.split(".")[1].startswith("pool-v2-") for _, _, e in _run_rows(pool_database, new).values())
     assert _statefulsets(kube_api, kube_namespace) == ["pool", "pool-v2"]
     wait_until("old runs done on their version", lambda: _statuses(pool_database, old) == {"SUCCESS"}, timeout=120)
     assert _versions(pool_database, old) == {"1"}
     wait_until("version 1 retired", lambda: _statefulsets(kube_api, kube_namespace) == ["pool-v2"], timeout=120)
-    wait_until(
-        "the retirement event", lambda: _events_named(kube_api, kube_namespace, "VersionRetired")
-    )  # posted async
+    # kopf posts events after the handler returns
+    wait_until("the retirement event", lambda: _events_named(kube_api, kube_namespace, "VersionRetired"))
     retiring = _events_named(kube_api, kube_namespace, "VersionRetiring")
     assert any("3 run(s) left (3 PENDING, 0 ENQUEUED)" in m for m in retiring), retiring
     assert [v["applicationVersion"] for v in get_pool(kube_api, kube_namespace, "pool")["status"]["versions"]] == ["2"]
 
 
+def _version_one_with_long_runs(api: ApiClient, namespace: str, url: str, retire_after: int) -> list[str]:
+    """A pool of one at application version 1 holding two long runs, with retireAfterSeconds set."""
+    create_secret(api, namespace, url)
+    create_pool(api, namespace, "pool", replicas=1, dbos={**QUICK, "applicationVersion": "1"},
+                rollout={"retireAfterSeconds": retire_after})  # fmt: skip
+    wait_for_condition(api, namespace, "pool", "Ready")
+    with FireflowClient(url) as client:
+        old = [client.enqueue(_sleepy(300)) for _ in range(2)]
+    wait_until("old runs claimed", lambda: _statuses(url, old) == {"PENDING"})
+    return old
+
+
 def test_should_fork_what_an_old_version_still_has_after_retire_after_seconds(
     kube_api: ApiClient, kube_namespace: str, operator: OperatorProcess, pool_database: str
 ) -> None:
-    create_secret(kube_api, kube_namespace, pool_database)
-    create_pool(kube_api, kube_namespace, "pool", replicas=1, dbos={**QUICK, "applicationVersion": "1"},
-                rollout={"retireAfterSeconds": 5})  # fmt: skip
-    wait_for_condition(kube_api, kube_namespace, "pool", "Ready")
-    with FireflowClient(pool_database) as client:
-        old = [client.enqueue(_sleepy(300)) for _ in range(2)]
-        wait_until("old runs claimed", lambda: _statuses(pool_database, old) == {"PENDING"})
-        patch_pool(kube_api, kube_namespace, "pool", {"dbos": {"applicationVersion": "2"}})
-        wait_until(
-            "the runs forked", lambda: any(e.reason == "RunsForked" for e in list_events(kube_api, kube_namespace))
-        )
-    forked_event = next(e for e in list_events(kube_api, kube_namespace) if e.reason == "RunsForked")
-    assert forked_event.message.startswith("forked 2 run(s) of '1' onto '2': ")
-    forked = forked_event.message.split(": ", 1)[1].split(", ")
-    assert {s for s, _, _ in _run_rows(pool_database, old).values()} == {"CANCELLED"}
-    wait_until(
-        "the forks run on version 2", lambda: {v for _, v, _ in _run_rows(pool_database, forked).values()} == {"2"}
-    )
+    old = _version_one_with_long_runs(kube_api, kube_namespace, pool_database, retire_after=5)
+    patch_pool(kube_api, kube_namespace, "pool", {"dbos": {"applicationVersion": "2"}})
+    wait_until("the runs forked", lambda: _events_named(kube_api, kube_namespace, "RunsForked"))
+    (message,) = _events_named(kube_api, kube_namespace, "RunsForked")
+    assert message.startswith("forked 2 run(s) of '1' onto '2': ")
+    forked = message.split(": ", 1)[1].split(", ")
+    assert _statuses(pool_database, old) == {"CANCELLED"}
+    wait_until("the forks run on version 2", lambda: _versions(pool_database, forked) == {"2"})
     wait_until("version 1 retired", lambda: _statefulsets(kube_api, kube_namespace) == ["pool-v2"], timeout=120)
     assert len(_events_named(kube_api, kube_namespace, "RunsForked")) == 1  # forked once
 
@@ -221,13 +220,7 @@ def test_should_roll_back_a_rollout_stuck_past_its_deadline(
 def test_should_not_duplicate_statefulsets_or_forks_when_the_operator_restarts_mid_rollout(
     kube_api: ApiClient, kube_namespace: str, operator: OperatorProcess, pool_database: str
 ) -> None:
-    create_secret(kube_api, kube_namespace, pool_database)
-    create_pool(kube_api, kube_namespace, "pool", replicas=1, dbos={**QUICK, "applicationVersion": "1"},
-                rollout={"retireAfterSeconds": 8})  # fmt: skip
-    wait_for_condition(kube_api, kube_namespace, "pool", "Ready")
-    with FireflowClient(pool_database) as client:
-        old = [client.enqueue(_sleepy(300)) for _ in range(2)]
-        wait_until("old runs claimed", lambda: _statuses(pool_database, old) == {"PENDING"})
+    _version_one_with_long_runs(kube_api, kube_namespace, pool_database, retire_after=8)
     seen: set[str] = set()
     current = operator
     patch_pool(kube_api, kube_namespace, "pool", {"dbos": {"applicationVersion": "2"}})
@@ -239,10 +232,8 @@ def test_should_not_duplicate_statefulsets_or_forks_when_the_operator_restarts_m
     try:
         wait_until("version 1 retired", lambda: _statefulsets(kube_api, kube_namespace) == ["pool-v2"], timeout=180)
         assert seen <= {"pool", "pool-v2"}
-        events = list_events(kube_api, kube_namespace)
-        assert sum(e.reason == "RunsForked" for e in events) == 1, [
-            e.message for e in events if e.reason == "RunsForked"
-        ]
+        forks = _events_named(kube_api, kube_namespace, "RunsForked")
+        assert len(forks) == 1, forks
         pool = get_pool(kube_api, kube_namespace, "pool")
         assert json.dumps(pool["status"]["versions"]).count("pool-v2") == 1
     finally:

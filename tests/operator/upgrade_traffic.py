@@ -7,6 +7,7 @@ from __future__ import annotations
 import itertools
 import threading
 from dataclasses import dataclass
+from typing import Any
 
 import psycopg
 from fireflow_worker.client import FireflowClient
@@ -25,7 +26,7 @@ class Claims:
 class Traffic:
     """Enqueues `flow` every `interval` seconds until stopped; all through one client."""
 
-    def __init__(self, url: str, interval: float = 0.2, flow: dict[str, object] | None = None) -> None:
+    def __init__(self, url: str, interval: float = 0.2, flow: dict[str, Any] | None = None) -> None:
         self.url = url
         self.interval = interval
         self.flow = flow or TICK
