@@ -46,6 +46,16 @@ class Retiring:
     events: list[tuple[str, str]] = field(default_factory=list)
 
 
+def updated_to(sts: Any, image: str) -> int:
+    """Pods of the StatefulSet at `image`, once its controller has seen the template that names it (before
+    that, status.updatedReplicas still counts the previous revision's pods)."""
+    if sts is None or sts.status is None or sts.spec.template.spec.containers[0].image != image:
+        return 0
+    if int(sts.status.observed_generation or 0) < int(sts.metadata.generation or 0):
+        return 0
+    return int(sts.status.updated_replicas or 0)
+
+
 class Fleet:
     def __init__(self, kube: Kube, settings: OperatorSettings) -> None:
         self.kube = kube
@@ -204,7 +214,7 @@ class Fleet:
             draft.event("Normal", "RunsRecovered", message)
 
     def check_progress(
-        self, pool: Pool, draft: StatusDraft, listed: list[versions.Version], sts_status: Any
+        self, pool: Pool, draft: StatusDraft, listed: list[versions.Version], sts: Any
     ) -> tuple[str | None, bool]:
         """The rollout's progress against its deadline; restores the previous target when it passed and the spec
         asks for it (applied by the next reconcile, which runs in a second)."""
@@ -214,7 +224,7 @@ class Fleet:
         verdict = progress.check(
             rollout,
             ready=draft.new["readyReplicas"],
-            updated=int(sts_status.updated_replicas or 0) if sts_status is not None else 0,
+            updated=updated_to(sts, str(rollout.get("image"))),
             desired=draft.new["desiredReplicas"],
             now=time.time(),
             deadline=pool.spec.rollout.progress_deadline_seconds,

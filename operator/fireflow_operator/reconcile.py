@@ -232,7 +232,7 @@ class Reconciler:
         draft.new["replicas"] = int(sts_status.replicas or 0) if sts_status is not None else 0
         draft.new["readyReplicas"] = int(sts_status.ready_replicas or 0) if sts_status is not None else 0
         draft.new["selector"] = names.scale_selector(pool.name, current.index)
-        stuck, rolled_back = self.fleet.check_progress(pool, draft, listed, sts_status)
+        stuck, rolled_back = self.fleet.check_progress(pool, draft, listed, sts_now)
         if listed and not rolled_back:  # a rollback wrote the versions it restores
             self.fleet.make_current_latest(pool, draft, current, draft.new["readyReplicas"])
             draft.new["versions"] = self.fleet.versions_status(pool, listed, retiring)
@@ -242,7 +242,7 @@ class Reconciler:
             target=draft.new["desiredReplicas"],
             replicas=draft.new["replicas"],
             ready=draft.new["readyReplicas"],
-            updated=int(sts_status.updated_replicas or 0) if sts_status is not None else 0,
+            updated=fleet.updated_to(sts_now, str(draft.new.get("currentImage", ""))),
             over_budget=None if step.hold_at_zero else over_budget,
             pod_problem=(problem.reason, problem.message) if problem is not None else None,
             stuck=stuck,
