@@ -222,7 +222,8 @@ def test_statefulset_becomes_ready_with_stable_names_and_scales_down_gracefully(
         "web-1 and web-2 to be gone",
         lambda: [p["metadata"]["name"] for p in pods(core, kube_namespace, "app=web")] == ["web-0"],
     )
-
+    # The watch may deliver the last deletion a moment after the list no longer shows the pod.
+    wait_for("the watch to see both deletions", lambda: len(recorder.deleted()) == 2)
     assert recorder.deleted() == ["web-2", "web-1"]  # highest ordinal first
     for name in ("web-2", "web-1"):
         output = followers[name].text()

@@ -184,7 +184,7 @@ def test_should_drain_migrate_and_then_start_the_new_version_when_an_upgrade_nee
     stage: Stage,
 ) -> None:
     url, old, new = stage.urls.local, stage.images.worker_v1, stage.images.worker_v2
-    stage.apply_pool(replicas=2)
+    stage.apply_pool(replicas=2, migration={"strategy": "Offline"})  # the drain-to-zero strategy
     stage.wait_ready(replicas=2)
     recorder = stage.record()
     with FireflowClient(url) as client:
