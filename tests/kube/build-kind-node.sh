@@ -38,6 +38,7 @@ pause_dir="$tools_dir/pause-$PAUSE_VERSION"
 etcd_dir="$tools_dir/etcd-$ETCD_VERSION"
 control_plane_dir="$tools_dir/kubernetes-$KUBERNETES_VERSION"
 NODE_BINARIES=(kubelet kubeadm kubectl kube-scheduler kube-proxy)
+build_log="$logs_dir/kind-node.build.log"
 
 # -- binaries ---------------------------------------------------------------------------------------------
 
@@ -119,7 +120,10 @@ make_node_rootfs() (
     install -m 0644 "$files/etc/crictl.yaml" "$root/etc/"
     install -m 0644 "$files"/etc/default/* "$root/etc/default/"
     install -m 0644 "$files"/etc/sysctl.d/* "$root/etc/sysctl.d/"
-    install -m 0644 "$files"/etc/systemd/system/*.* "$root/etc/systemd/system/"
+    local unit
+    for unit in "$files"/etc/systemd/system/*; do
+        if [[ -f "$unit" ]]; then install -m 0644 "$unit" "$root/etc/systemd/system/"; fi
+    done
     install -m 0644 "$files"/etc/systemd/system/kubelet.service.d/* "$root/etc/systemd/system/kubelet.service.d/"
     # kind's containerd config, with our pause and without the fuse-overlayfs proxy (rootless only; its
     # snapshotter is not packaged in Debian).
@@ -183,7 +187,7 @@ ENV PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin
 USER $user
 ENTRYPOINT $entrypoint
 DOCKERFILE
-    docker build -q -t "$tag" "$context" >/dev/null
+    docker build -q -t "$tag" "$context" >/dev/null 2>>"$build_log"
 }
 
 build_component_images() {
@@ -206,7 +210,7 @@ RUN apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq 
 COPY kube-proxy /usr/local/bin/kube-proxy
 ENTRYPOINT ["/usr/local/bin/kube-proxy"]
 DOCKERFILE
-    docker build -q --network host -t "$k8s/kube-proxy:$KUBERNETES_VERSION" "$work/proxy" >/dev/null
+    docker build -q --network host -t "$k8s/kube-proxy:$KUBERNETES_VERSION" "$work/proxy" >/dev/null 2>>"$build_log"
 }
 
 # The tags kubeadm asks for must be the ones built here (a pin that drifted from kubeadm fails loudly).
@@ -241,8 +245,21 @@ build_node_image() {
     work="$(mktemp -d "$images_dir/.kind-node-build.XXXXXX")"
     container="fireflow-kind-node-build-$$"
     on_exit "docker rm -f '$container' >/dev/null 2>&1; rm -rf --one-file-system '$work'"
+    # The rootfs as an image with kind's base metadata (neither `docker import` nor `docker commit` can set
+    # STOPSIGNAL; a container keeps its image's, and the commit below keeps the container's).
     local node_base="fireflow-pool/kind-node-base:$(basename "$rootfs" .tar)"
-    docker image inspect "$node_base" >/dev/null 2>&1 || docker import "$rootfs" "$node_base" >/dev/null
+    if ! docker image inspect "$node_base" >/dev/null 2>&1; then
+        docker import "$rootfs" "$node_base-rootfs" >/dev/null
+        mkdir -p "$work/base"
+        cat > "$work/base/Dockerfile" <<DOCKERFILE
+FROM $node_base-rootfs
+ENV container=docker
+STOPSIGNAL SIGRTMIN+3
+ENTRYPOINT ["/usr/local/bin/entrypoint", "/sbin/init"]
+DOCKERFILE
+        docker build -q -t "$node_base" "$work/base" >/dev/null 2>>"$build_log"
+        docker rmi "$node_base-rootfs" >/dev/null
+    fi
     log "node image: component images"
     build_component_images "$work" "$base_image"
     component_tags
@@ -265,9 +282,7 @@ build_node_image() {
     docker exec -i "$container" ctr --namespace=k8s.io images import --all-platforms --no-unpack --digests \
         --snapshotter=overlayfs - < "$work/images.tar" >&2
     docker exec "$container" sh -c 'pkill containerd; while pgrep containerd >/dev/null; do sleep 0.2; done; rm -f /var/log/containerd-import.log'
-    docker commit \
-        --change 'ENTRYPOINT ["/usr/local/bin/entrypoint", "/sbin/init"]' --change 'CMD []' \
-        --change 'ENV container=docker' --change 'STOPSIGNAL SIGRTMIN+3' \
+    docker commit --change 'ENTRYPOINT ["/usr/local/bin/entrypoint", "/sbin/init"]' --change 'CMD []' \
         "$container" "$tag" >/dev/null
 }
 

@@ -113,7 +113,7 @@ base_key() {
     {
         declare -f make_base_rootfs debootstrap_root slim_root
         echo "${BASE_PACKAGES[*]} $DEBIAN_SUITE $DEBIAN_MIRROR"
-        [[ -f "$HOST_CA_BUNDLE" ]] && cat "$HOST_CA_BUNDLE"
+        if [[ -f "$HOST_CA_BUNDLE" ]]; then cat "$HOST_CA_BUNDLE"; fi
     } | sha256sum | cut -c1-12
 }
 
