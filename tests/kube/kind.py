@@ -32,6 +32,7 @@ CGROUP_ROOT = Path("/sys/fs/cgroup")
 LEFTOVER_CGROUPS = ("kubelet", "kubelet.slice", "kubepods", "kubepods.slice", "system.slice", "user.slice",
                     "init.scope", "*.mount")  # fmt: skip
 
+
 @dataclass(frozen=True)
 class Mends:
     unprivileged_node: bool

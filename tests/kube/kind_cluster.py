@@ -15,6 +15,7 @@ network (`host_address`); nothing listens beyond that network and 127.0.0.1.
 from __future__ import annotations
 
 import contextlib
+import json
 import subprocess
 import time
 from pathlib import Path
@@ -112,6 +113,13 @@ class KindCluster(Cluster):
         handle = self._kind
         assert handle is not None
         handle.load_docker_image(reference)  # type: ignore[attr-defined]
+
+    def node_image_id(self, reference: str) -> str:
+        """The id of the image `reference` as the node's containerd has it (what its containers run)."""
+        node = f"{self.name}-control-plane"
+        found = subprocess.run(["docker", "exec", node, "crictl", "inspecti", "-o", "json", reference],
+                               capture_output=True, text=True, check=True).stdout  # fmt: skip
+        return str(json.loads(found)["status"]["id"])
 
     def image(self, name: str) -> str:
         assert self.images is not None

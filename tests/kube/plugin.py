@@ -61,8 +61,11 @@ def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line("markers", "docker: needs Docker and the project's images (built when missing)")
 
 
-def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    on_kind = config.getoption("--cluster") == "kind"
     for item in items:
+        if not on_kind and item.get_closest_marker("kind"):
+            item.add_marker(pytest.mark.skip(reason="checks what only a kind cluster has: run with --cluster=kind"))
         fixtures = set(getattr(item, "fixturenames", ()))
         if CLUSTER_FIXTURES & fixtures:
             item.add_marker(pytest.mark.controlplane)
