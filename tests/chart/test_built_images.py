@@ -72,6 +72,14 @@ def test_should_print_usage_of_every_worker_command(project_images: ProjectImage
     assert client.returncode == 0 and client.stdout.startswith("usage: fireflow"), client.stderr
 
 
+def test_should_list_the_operator_settings_on_help_and_refuse_arguments(project_images: ProjectImages) -> None:
+    usage = run(project_images.operator, "--help")
+    assert usage.returncode == 0 and usage.stdout.startswith("usage: fireflow-operator"), usage.stderr
+    assert "FIREFLOW_OPERATOR_NAMESPACES" in usage.stdout and "FIREFLOW_OPERATOR_LOG_LEVEL" in usage.stdout
+    refused = run(project_images.operator, "--namespace", "a")  # settings are environment variables only
+    assert refused.returncode == 2 and "unrecognized arguments" in refused.stderr, refused
+
+
 def test_should_refuse_a_bad_setting_with_exit_2_and_one_line(project_images: ProjectImages) -> None:
     operator = run(project_images.operator, env={"FIREFLOW_OPERATOR_RESYNC_SECONDS": "soon"})
     assert operator.returncode == 2, operator.stderr

@@ -259,6 +259,7 @@ ENTRYPOINT ["/usr/local/bin/entrypoint", "/sbin/init"]
 DOCKERFILE
         docker build -q -t "$node_base" "$work/base" >/dev/null 2>>"$build_log"
         docker rmi "$node_base-rootfs" >/dev/null
+        prune_tags fireflow-pool/kind-node-base "${node_base#*:}"
     fi
     log "node image: component images"
     build_component_images "$work" "$base_image"
@@ -284,6 +285,7 @@ DOCKERFILE
     docker exec "$container" sh -c 'pkill containerd; while pgrep containerd >/dev/null; do sleep 0.2; done; rm -f /var/log/containerd-import.log'
     docker commit --change 'ENTRYPOINT ["/usr/local/bin/entrypoint", "/sbin/init"]' --change 'CMD []' \
         "$container" "$tag" >/dev/null
+    prune_tags fireflow-pool/kind-node "${tag#*:}"
 }
 
 main() {

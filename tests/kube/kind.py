@@ -166,10 +166,16 @@ def gateway(network: str = "kind") -> tuple[str, str]:
     raise RuntimeError(f"docker network {network} has no IPv4 gateway: {out!r}")
 
 
-def leftover_cgroups(root: Path = CGROUP_ROOT) -> list[Path]:
+def host_runs_systemd() -> bool:
+    return Path("/proc/1/comm").read_text().strip() == "systemd"
+
+
+def leftover_cgroups(root: Path = CGROUP_ROOT, systemd_host: bool | None = None) -> list[Path]:
     """The cgroup trees a mended kind node left at the top of the host's hierarchies (deepest first); none
     where systemd runs the host."""
-    if not root.is_dir() or Path("/proc/1/comm").read_text().strip() == "systemd":
+    if systemd_host is None:
+        systemd_host = host_runs_systemd()
+    if systemd_host or not root.is_dir():
         return []
     found: list[Path] = []
     for hierarchy in sorted(p for p in root.iterdir() if p.is_dir() and not p.is_symlink()):
@@ -180,10 +186,10 @@ def leftover_cgroups(root: Path = CGROUP_ROOT) -> list[Path]:
     return found
 
 
-def remove_leftover_cgroups(root: Path = CGROUP_ROOT) -> list[Path]:
+def remove_leftover_cgroups(root: Path = CGROUP_ROOT, systemd_host: bool | None = None) -> list[Path]:
     """rmdir every empty leftover cgroup (one with processes refuses and stays); returns the removed."""
     removed = []
-    for path in leftover_cgroups(root):
+    for path in leftover_cgroups(root, systemd_host):
         with contextlib.suppress(OSError):
             path.rmdir()
             removed.append(path)

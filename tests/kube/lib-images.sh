@@ -101,8 +101,19 @@ cached_rootfs() {
         mv "$work/rootfs.tar" "$tarball"
         rm -rf --one-file-system "$work"
         log "$name: rootfs cached in $tarball ($((SECONDS - t))s)"
+        local old
+        for old in "$images_dir/$name"-*.tar; do [[ "$old" == "$tarball" ]] || rm -f "$old"; done
     fi
     echo "$tarball"
+}
+
+# prune_tags <repository> <tag to keep>: earlier versions of one of our images (a tag still used by an image
+# built on it stays until that image goes).
+prune_tags() {
+    local tag
+    for tag in $(docker image ls --format '{{.Tag}}' "$1"); do
+        [[ "$tag" == "$2" ]] || docker rmi "$1:$tag" >/dev/null 2>&1 || true
+    done
 }
 
 # The one recipe of the Debian Python base; its hash (with the CA bundle it trusts) names the cached image.
@@ -151,6 +162,7 @@ ensure_base_image() {
             --change "ENV SSL_CERT_FILE=/etc/ssl/certs/ca-certificates.crt PIP_CERT=/etc/ssl/certs/ca-certificates.crt" \
             --change 'CMD ["python3"]' \
             "$tarball" "$tag" >/dev/null
+        prune_tags fireflow-pool/python-base "${tag#*:}"
     fi
     echo "$tag"
 }
