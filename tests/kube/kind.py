@@ -202,12 +202,14 @@ def kind_nodes_running() -> bool:
     return result.returncode == 0 and bool(result.stdout.strip())
 
 
-def cleanup(kind: Path, prefix: str = CLUSTER_PREFIX) -> list[str]:
-    """Delete the kind clusters named <prefix>*, then the cgroups they left (when no kind node runs any more)."""
+def cleanup(kind: Path, names: list[str] | None = None) -> list[str]:
+    """Delete the kind clusters `names` (default: every one named fireflow-*), then the cgroups they left
+    (once no kind node runs any more)."""
     listed = subprocess.run([str(kind), "get", "clusters"], capture_output=True, text=True, check=False)
     deleted = []
     for name in listed.stdout.split():
-        if name.startswith(prefix):
+        wanted = (name in names) if names else name.startswith(CLUSTER_PREFIX)
+        if wanted:
             subprocess.run([str(kind), "delete", "cluster", "--name", name], capture_output=True, check=False)
             deleted.append(name)
     if not kind_nodes_running():
@@ -219,6 +221,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m tests.kube.kind")
     parser.add_argument("command", choices=["cleanup"])
     parser.add_argument("--kind", type=Path, help="the kind CLI (default: the pinned one in the tools cache)")
+    parser.add_argument("--name", action="append", help="a cluster to delete (default: every fireflow-* cluster)")
     args = parser.parse_args(argv)
     from .tools import pins, tools_dir  # noqa: PLC0415 - the CLI only
 
@@ -226,7 +229,7 @@ def main(argv: list[str] | None = None) -> int:
     docker_up = subprocess.run(["docker", "version"], capture_output=True, check=False).returncode == 0
     if not (kind.exists() and docker_up):
         return 0  # nothing can be running
-    for name in cleanup(kind):
+    for name in cleanup(kind, args.name):
         print(f"deleted kind cluster {name}", file=sys.stderr)
     return 0
 
