@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # The Docker engine the image and kind scripts need, started only when none is running.
 #   docker-engine.sh up     a running engine: reuse it, or install docker.io from Debian (when dockerd is
-#                           missing) and start dockerd; prints "started" when this script owns it, else "running"
+#                           missing) and start dockerd; prints "started" when this script owns it, else "running".
+#                           The caller that got "started" stops it; callers below it run with
+#                           FIREFLOW_DOCKER_HELD=1 and leave it be (one top-level owner at a time)
 #   docker-engine.sh down   stop the dockerd this script started (a no-op for anyone else's engine)
 #   docker-engine.sh status "owned", "foreign" or "stopped"
 # Ownership is a pid file under ${FIREFLOW_CACHE_DIR:-~/.cache/fireflow-pool}/run, so a run that was
@@ -45,6 +47,9 @@ install_engine() {
 up() {
     if owned_pid >/dev/null && responding; then echo started; return; fi
     if responding; then echo running; return; fi
+    # A dockerd still shutting down would refuse a second one: let it finish first.
+    local waited=0
+    while pgrep -x dockerd >/dev/null && ((waited < 60)); do sleep 0.5; waited=$((waited + 1)); done
     command -v dockerd >/dev/null || install_engine
     mkdir -p "$run_dir"
     # A dockerd killed mid-run leaves its pid file and containerd state; dockerd clears both itself when
@@ -52,7 +57,7 @@ up() {
     log "starting dockerd (log: $log_file)"
     setsid dockerd >>"$log_file" 2>&1 < /dev/null &
     echo $! > "$pid_file"
-    local waited=0
+    waited=0
     until responding; do
         if ! owned_pid >/dev/null; then
             log "dockerd exited at start; last lines of $log_file:"
@@ -73,7 +78,8 @@ down() {
     local waited=0
     while [[ -d "/proc/$pid" ]] && (( waited < 60 )); do sleep 0.5; waited=$((waited + 1)); done
     if [[ -d "/proc/$pid" ]]; then log "dockerd did not stop within 30 s; killing it"; kill -KILL "$pid" 2>/dev/null || true; fi
-    rm -f "$pid_file"
+    # Only our record: a dockerd started meanwhile by someone else has written its own.
+    if [[ "$(cat "$pid_file" 2>/dev/null)" == "$pid" ]]; then rm -f "$pid_file"; fi
 }
 
 case "${1:-}" in

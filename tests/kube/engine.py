@@ -26,7 +26,10 @@ class ScriptError(RuntimeError):
 def run_script(script: str, *args: str) -> dict[str, str]:
     """Run `tests/kube/<script>`; returns the KEY=VALUE lines it printed on stdout."""
     path = HERE / script
-    result = subprocess.run(["bash", str(path), *args], cwd=REPO_ROOT, stdout=subprocess.PIPE, text=True, check=False)
+    # The engine's lifetime is this process's (ENGINE): the script must not stop it when it ends.
+    env = {**os.environ, HELD_ENV: "1"}
+    result = subprocess.run(["bash", str(path), *args], cwd=REPO_ROOT, stdout=subprocess.PIPE, text=True, check=False,
+                            env=env)  # fmt: skip
     if result.returncode != 0:
         raise ScriptError(f"{path.relative_to(REPO_ROOT)} {' '.join(args)} failed with exit status {result.returncode}")
     found: dict[str, str] = {}
