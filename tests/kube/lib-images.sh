@@ -89,8 +89,12 @@ slim_root() {
 # cached_rootfs <name> <key> <make function>: the path of a rootfs tarball cached as
 # $images_dir/<name>-<key>.tar, made by `<make function> <root dir>` when missing.
 cached_rootfs() {
-    local name="$1" key="$2" make="$3" tarball work t=$SECONDS
+    local name="$1" key="$2" make="$3" tarball work t=$SECONDS lock
     tarball="$images_dir/$name-$key.tar"
+    # One builder at a time (.ci/test starts builds in parallel): a second waits, then finds the tarball.
+    mkdir -p "$images_dir"
+    exec {lock}>"$images_dir/.$name.lock"
+    flock "$lock"
     if [[ ! -f "$tarball" ]]; then
         command -v debootstrap >/dev/null || apt_install debootstrap
         discard_workdirs "$images_dir/.$name"
@@ -104,6 +108,7 @@ cached_rootfs() {
         local old
         for old in "$images_dir/$name"-*.tar; do [[ "$old" == "$tarball" ]] || rm -f "$old"; done
     fi
+    exec {lock}>&-
     echo "$tarball"
 }
 
@@ -148,9 +153,12 @@ make_base_rootfs() (
 )
 
 ensure_base_image() {
-    local key tag tarball
+    local key tag tarball lock
     key="$(base_key)"
     tag="fireflow-pool/python-base:3.11-$DEBIAN_SUITE-$key"
+    mkdir -p "$images_dir"
+    exec {lock}>"$images_dir/.python-base-image.lock"
+    flock "$lock"
     if docker image inspect "$tag" >/dev/null 2>&1; then
         log "python base: cached image $tag"
     else
@@ -164,6 +172,7 @@ ensure_base_image() {
             "$tarball" "$tag" >/dev/null
         prune_tags fireflow-pool/python-base "${tag#*:}"
     fi
+    exec {lock}>&-
     echo "$tag"
 }
 
