@@ -23,10 +23,12 @@ project_version() { sed -n 's/^version = "\(.*\)"$/\1/p' "$repo/pyproject.toml" 
 
 # build_project_image <name> <dockerfile> <python image>: the build's output goes to a log; on failure its tail.
 build_project_image() {
-    local name="$1" dockerfile="$2" python_image="$3" tag t=$SECONDS
+    local name="$1" dockerfile="$2" python_image="$3" tag t=$SECONDS build_arg=()
     tag="$name:$(project_version)"
     local build_log="$logs_dir/$name.build.log"
-    if ! docker build --network host --build-arg "PYTHON_IMAGE=$python_image" -f "$repo/$dockerfile" \
+    # The official base is the Dockerfiles' own default: built exactly as a user builds them.
+    [[ -z "$python_image" ]] || build_arg=(--build-arg "PYTHON_IMAGE=$python_image")
+    if ! docker build --network host "${build_arg[@]}" -f "$repo/$dockerfile" \
         -t "$tag" "$repo" >"$build_log" 2>&1; then
         log "$name: docker build failed; last lines of $build_log:"
         tail -n 30 "$build_log" >&2
@@ -46,17 +48,22 @@ main() {
         esac
     done
     ensure_docker
-    local start=$SECONDS python_image
+    local start=$SECONDS python_image build_arg
     case "$base" in
-        debian) python_image="$(ensure_base_image)" ;;
+        debian) python_image="$(ensure_base_image)"; build_arg="$python_image" ;;
         official)
-            python_image="$(sed -n 's/^ARG PYTHON_IMAGE=//p' "$repo/Dockerfile.worker")"
-            docker pull -q "$python_image" >&2 ;;
+            # Pulled by its pinned reference and also tagged plainly: `kind load` takes no digests.
+            local pinned
+            pinned="$(sed -n 's/^ARG PYTHON_IMAGE=//p' "$repo/Dockerfile.worker")"
+            docker pull -q "$pinned" >&2
+            python_image=fireflow-pool/python-base:official
+            docker tag "$pinned" "$python_image"
+            build_arg="" ;;
         *) log "--base is debian or official, not $base"; exit 2 ;;
     esac
     # Both images in parallel: most of a build is pip waiting on the network.
-    build_project_image fireflow-worker Dockerfile.worker "$python_image" & local worker=$!
-    build_project_image fireflow-operator Dockerfile.operator "$python_image" & local operator=$!
+    build_project_image fireflow-worker Dockerfile.worker "$build_arg" & local worker=$!
+    build_project_image fireflow-operator Dockerfile.operator "$build_arg" & local operator=$!
     local failed=0
     wait "$worker" || failed=1
     wait "$operator" || failed=1

