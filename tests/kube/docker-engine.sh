@@ -40,8 +40,14 @@ install_engine() {
         exit 1
     fi
     log "installing docker.io from Debian"
-    apt-get update -qq
-    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends docker.io >/dev/null
+    mkdir -p "$run_dir"
+    local lock
+    exec {lock}>"$run_dir/apt.lock" # the lock of lib-images.sh's apt_install: one apt at a time
+    flock "$lock"
+    apt-get -o DPkg::Lock::Timeout=600 update -qq
+    DEBIAN_FRONTEND=noninteractive apt-get -o DPkg::Lock::Timeout=600 install -y -qq --no-install-recommends \
+        docker.io >/dev/null
+    exec {lock}>&-
 }
 
 up() {

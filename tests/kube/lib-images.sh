@@ -37,11 +37,19 @@ ensure_docker() {
     fi
 }
 
-# apt_install <package...>: on the host, for build tools that are missing (debootstrap, gcc).
+# apt_install <package...>: on the host, for build tools that are missing (debootstrap, gcc). Builds run in
+# parallel: one apt at a time (our lock), and apt waits for anyone else's dpkg lock instead of failing.
 apt_install() {
     if [[ "$(id -u)" != 0 ]]; then log "missing $*; install it (needs root): apt-get install $*"; exit 1; fi
+    local lock
+    mkdir -p "$cache_dir/run"
+    exec {lock}>"$cache_dir/run/apt.lock"
+    flock "$lock"
     log "installing $* from Debian"
-    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "$@" >/dev/null
+    apt-get -o DPkg::Lock::Timeout=600 update -qq
+    DEBIAN_FRONTEND=noninteractive apt-get -o DPkg::Lock::Timeout=600 install -y -qq --no-install-recommends \
+        "$@" >/dev/null
+    exec {lock}>&-
 }
 
 # discard_workdirs <prefix>: what an interrupted build left in <prefix>.* (a chroot may still have /proc mounted).
