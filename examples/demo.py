@@ -6,6 +6,7 @@ Run it through the README's first command; it tears everything down at the end, 
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -67,6 +68,10 @@ def _follow(client: FireflowClient, label: str, run_id: str, results: dict[str, 
         detail = {k: v for k, v in event.items() if k not in ("event", "at_ms")}
         with _PRINT_LOCK:
             print(f"  {label:<22} {event['event']:<14} {json.dumps(detail, sort_keys=True)}", flush=True)
+    # The events stream closes just before DBOS records the run's end: wait for that (a failed run raises
+    # its error here; its status says the same), else the status may still read PENDING.
+    with contextlib.suppress(Exception):
+        client.result(run_id)
     results[label] = client.status(run_id)
 
 

@@ -2,12 +2,30 @@
 
 from __future__ import annotations
 
+import argparse
 import sys
 
-from fireflow_operator.settings import SettingsError, load_settings
+from fireflow_operator.settings import OperatorSettings, SettingsError, load_settings
 
 
-def main() -> int:
+def _parser() -> argparse.ArgumentParser:
+    """No options: every setting is an environment variable. `--help` lists them with their defaults."""
+    settings = "\n".join(
+        f"  {info.alias}  (default: {info.get_default(call_default_factory=True)!r})"
+        for info in OperatorSettings.model_fields.values()
+        if info.alias
+    )
+    return argparse.ArgumentParser(
+        prog="fireflow-operator",
+        description="Reconciles FireflowWorkerPools (kopf). Configured only through the environment; a bad "
+        "value exits with status 2 and one line.",
+        epilog=f"settings:\n{settings}",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+
+
+def main(argv: list[str] | None = None) -> int:
+    _parser().parse_args(argv)  # `--help` prints and exits 0; any argument is an error (exit 2)
     try:
         settings = load_settings()
     except SettingsError as err:

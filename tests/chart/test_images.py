@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import re
 import shlex
+import subprocess
 import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -16,7 +17,7 @@ import yaml
 from fireflow_operator import builders, names
 from fireflow_operator.builders import Pool
 from fireflow_operator.model import parse_spec
-from fireflow_operator.settings import load_settings
+from fireflow_operator.settings import OperatorSettings, load_settings
 
 from tests.chart.chart import CHART_DIR
 from tests.kube import images
@@ -227,3 +228,15 @@ def test_should_tag_images_with_the_project_version_everywhere() -> None:
         for doc in yaml.safe_load_all((REPO_ROOT / "examples" / name).read_text()):
             if doc and doc["kind"] == "FireflowWorkerPool":
                 assert doc["spec"]["image"] == f"fireflow-worker:{version}", name
+
+
+def test_should_show_the_operator_settings_on_help_instead_of_starting() -> None:
+    # The image's ENTRYPOINT is this console script: `docker run fireflow-operator --help` must not start an
+    # operator (it did, ignoring every argument), and an argument is refused (settings are environment only).
+    script = images.lookup("fireflow-operator:dev").entrypoint[0]
+    usage = subprocess.run([script, "--help"], capture_output=True, text=True, timeout=60, check=False)
+    assert usage.returncode == 0, usage.stderr
+    for setting in OperatorSettings.model_fields.values():
+        assert f"  {setting.alias}  " in usage.stdout
+    refused = subprocess.run([script, "--namespaces", "a"], capture_output=True, text=True, timeout=60, check=False)
+    assert refused.returncode == 2 and "unrecognized arguments" in refused.stderr

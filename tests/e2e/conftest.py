@@ -1,6 +1,6 @@
-"""Fixtures of the e2e scenarios: the images, one PostgreSQL server and one operator installed with Helm per
-module (shared by the scenarios, which are independent: each has its own namespace and database), and the
-pool under test.
+"""Fixtures of the e2e scenarios: the cluster's adapter and images, one PostgreSQL server, one trace server and
+one operator installed with Helm per module (shared by the scenarios, which are independent: each has its own
+namespace and database), and the pool under test.
 
 Teardown order matters: the operator's finalizer drains a deleted pool and hands its runs back through the
 database, so pools go first (while the operator and the database are still there), then the operator,
@@ -16,18 +16,17 @@ import pytest
 from kubernetes.client import CoreV1Api
 from kubernetes.client.exceptions import ApiException
 
+from tests.e2e.adapter import ClusterAdapter, Images, adapter_for
+from tests.e2e.databases import Database
 from tests.e2e.harness import (
-    Database,
-    Images,
     OperatorRelease,
     Stage,
     create_namespace,
     delete_namespace,
     force_finalize,
-    new_database,
-    prepare_images,
     setup_stage,
 )
+from tests.e2e.tracer import TraceServer
 from tests.kube import rawapi
 from tests.kube.cluster import Cluster
 from tests.kube.tools import BUILD_SCRIPT, REPO_ROOT, helm_path, pins
@@ -37,25 +36,36 @@ DRAIN_WAIT = 180.0
 
 
 @pytest.fixture(scope="session")
-def e2e_images(kube_cluster: Cluster) -> Images:
-    return prepare_images(kube_cluster)
+def adapter(kube_cluster: Cluster) -> ClusterAdapter:
+    return adapter_for(kube_cluster)
+
+
+@pytest.fixture(scope="session")
+def e2e_images(adapter: ClusterAdapter) -> Images:
+    return adapter.images()
+
+
+def new_database(adapter: ClusterAdapter, max_connections: int) -> Database:
+    return Database(max_connections, pod_host=adapter.host_address, pod_network=adapter.host_network)
 
 
 @pytest.fixture(scope="module")
-def database(kube_cluster: Cluster) -> Iterator[Database]:
+def database(adapter: ClusterAdapter) -> Iterator[Database]:
     """The module's PostgreSQL server (every scenario creates its own database on it)."""
-    namespace = f"fireflow-db-{secrets.token_hex(3)}"
-    if kube_cluster.mode == "kind":
-        create_namespace(kube_cluster, namespace)
-    server = new_database(kube_cluster, namespace, "postgres", max_connections=300)
+    server = new_database(adapter, max_connections=300)
     yield server
     server.stop()
-    if kube_cluster.mode == "kind":
-        delete_namespace(kube_cluster, namespace)
+
+
+@pytest.fixture(scope="session")
+def tracer(adapter: ClusterAdapter) -> Iterator[TraceServer]:
+    server = TraceServer(adapter.host_address)
+    yield server
+    server.stop()
 
 
 @pytest.fixture(scope="module")
-def operator(kube_cluster: Cluster, e2e_images: Images, database: Database) -> Iterator[OperatorRelease]:
+def operator(adapter: ClusterAdapter, e2e_images: Images, database: Database) -> Iterator[OperatorRelease]:
     if not helm_path().is_file():
         pytest.fail(
             f"helm {pins()['HELM_VERSION']} is missing at {helm_path()}; build it with: "
@@ -64,14 +74,15 @@ def operator(kube_cluster: Cluster, e2e_images: Images, database: Database) -> I
         )
     suffix = secrets.token_hex(3)
     namespace = f"fireflow-system-{suffix}"
-    create_namespace(kube_cluster, namespace)
-    release = OperatorRelease(kube_cluster, namespace, f"ff-{suffix}", e2e_images)
+    cluster = adapter.cluster
+    create_namespace(cluster, namespace)
+    release = OperatorRelease(adapter, namespace, f"ff-{suffix}", e2e_images)
     release.install()
     yield release
-    _wait_drained(kube_cluster, release.pool_namespaces)
+    _wait_drained(cluster, release.pool_namespaces)
     if release.installed():
         release.uninstall()
-    delete_namespace(kube_cluster, namespace)
+    delete_namespace(cluster, namespace)
 
 
 def _wait_drained(cluster: Cluster, namespaces: list[str]) -> None:
@@ -107,11 +118,16 @@ def _operator_output(operator: OperatorRelease) -> Iterator[None]:
 
 @pytest.fixture
 def stage(
-    kube_cluster: Cluster, kube_namespace: str, database: Database, e2e_images: Images, operator: OperatorRelease
+    kube_cluster: Cluster,
+    kube_namespace: str,
+    database: Database,
+    e2e_images: Images,
+    tracer: TraceServer,
+    operator: OperatorRelease,
 ) -> Iterator[Stage]:
     """A namespace, a fresh database on the module's server with its Secret; the pool is the test's to apply."""
     operator.pool_namespaces.append(kube_namespace)
-    current = setup_stage(kube_cluster, kube_namespace, database, e2e_images)
+    current = setup_stage(kube_cluster, kube_namespace, database, e2e_images, tracer)
     yield current
     current.close()
     current.delete_pool(wait=False)  # drained in the background; the namespace goes right after
@@ -119,7 +135,7 @@ def stage(
 
 @pytest.fixture
 def dedicated_stage(
-    kube_cluster: Cluster, kube_namespace: str, e2e_images: Images, operator: OperatorRelease
+    adapter: ClusterAdapter, kube_namespace: str, e2e_images: Images, tracer: TraceServer, operator: OperatorRelease
 ) -> Iterator[Callable[[int], tuple[Database, Stage]]]:
     """Like `stage`, on a PostgreSQL server of the test's own (`max_connections` given), which the test may
     restart. The pool is deleted, and drained, before the server stops."""
@@ -127,9 +143,9 @@ def dedicated_stage(
     made: list[tuple[Database, Stage]] = []
 
     def make(max_connections: int) -> tuple[Database, Stage]:
-        server = new_database(kube_cluster, kube_namespace, f"postgres-{len(made)}", max_connections)
+        server = new_database(adapter, max_connections)
         try:
-            current = setup_stage(kube_cluster, kube_namespace, server, e2e_images)
+            current = setup_stage(adapter.cluster, kube_namespace, server, e2e_images, tracer)
         except BaseException:
             server.stop()
             raise

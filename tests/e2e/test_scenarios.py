@@ -20,13 +20,10 @@ from fireflow_worker.client import FireflowClient
 from kubernetes.client import ApiextensionsV1Api, AppsV1Api, BatchV1Api, CoreV1Api, RbacAuthorizationV1Api
 from kubernetes.client.exceptions import ApiException
 
-from tests.e2e.harness import (
+from tests.e2e.databases import Database
+from tests.e2e.harness import Json, OperatorRelease, Stage, worker_pod
+from tests.e2e.runs import (
     WAIT,
-    Database,
-    Json,
-    Observed,
-    OperatorRelease,
-    Stage,
     greet_flow,
     greeting,
     results,
@@ -34,11 +31,10 @@ from tests.e2e.harness import (
     set_schema_behind,
     sleep_flow,
     table_lock,
-    trace,
     trace_flow,
     wait_finished,
-    worker_pod,
 )
+from tests.e2e.watch import Observed
 from tests.kube import rawapi
 from tests.operator.conftest import condition, wait_until
 
@@ -125,19 +121,16 @@ def test_should_finish_every_run_when_scaled_from_3_to_1_with_runs_in_flight(sta
 
 
 def test_should_resume_a_run_whose_worker_pod_was_deleted_without_running_a_finished_node_again(
-    stage: Stage, monkeypatch: pytest.MonkeyPatch
+    stage: Stage,
 ) -> None:
-    url = stage.urls.local
-    # Like a user's client, this process does not know the workers' allow-list (the pool's spec.env): the
-    # workers enforce it when the node runs.
-    monkeypatch.delenv("FIREFLOW_PYTHON_NODE_MODULES", raising=False)
+    url, tracer = stage.urls.local, stage.tracer
     stage.apply_pool(replicas=1, dbos={"shutdownDrainTimeoutMs": 2000})
     stage.wait_ready(replicas=1)
     (worker,) = stage.ready_workers()
     key = uuid.uuid4().hex
     with FireflowClient(url) as client:
-        run_id = client.enqueue(trace_flow(key, seconds=20))
-    wait_until("the run's first node to have run", lambda: trace(url, key) == ["first"], WAIT)
+        run_id = client.enqueue(trace_flow(tracer, key, seconds=20))
+    wait_until("the run's first node to have run", lambda: tracer.labels(key) == ["first"], WAIT)
     assert runs(url, [run_id])[run_id].status == "PENDING"  # mid-run: sleeping between the two side effects
 
     rawapi.call(CoreV1Api(stage.api).delete_namespaced_pod, worker["metadata"]["name"], stage.namespace)
@@ -150,12 +143,13 @@ def test_should_resume_a_run_whose_worker_pod_was_deleted_without_running_a_fini
     assert ended[run_id].status == "SUCCESS"
     assert ended[run_id].executor == stage.executor("pool-0")  # resumed under the same id by the new pod
     assert ended[run_id].recovery_attempts >= 1  # a graceful drain gives its recovery attempt back
-    assert results(url, [run_id])[run_id] == {
-        "first": {"recorded": "first"},
-        "nap": {"slept_seconds": 20},
-        "last": {"recorded": "last"},
-    }
-    assert trace(url, key) == ["first", "last"]  # each node's body ran exactly once
+    result = results(url, [run_id])[run_id]
+    assert (result["first"]["body"], result["nap"], result["last"]["body"]) == (
+        {"recorded": "first"},
+        {"slept_seconds": 20},
+        {"recorded": "last"},
+    )
+    assert tracer.labels(key) == ["first", "last"]  # each node's body ran exactly once
 
 
 def _upgrade_order(events: list[Observed], old: str, new: str) -> list[Observed]:

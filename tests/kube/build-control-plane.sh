@@ -9,37 +9,9 @@ set -euo pipefail
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 # shellcheck source=versions.env
 source "$here/versions.env"
-tools_dir="${FIREFLOW_TOOLS_DIR:-$HOME/.cache/fireflow-pool/tools}"
-
-export CGO_ENABLED=0
-export GOFLAGS="-mod=mod -buildvcs=false"
-build_flags=(-trimpath -tags notest)
-
 log() { printf '[build-control-plane] %s\n' "$*" >&2; }
-
-# complete <dir> <binary...>: true when every binary exists for this pin (the stamp is written last,
-# so an interrupted build is never mistaken for a finished one).
-complete() {
-    local dir="$1"; shift
-    [[ -f "$dir/.complete" ]] || return 1
-    local bin
-    for bin in "$@"; do [[ -x "$dir/bin/$bin" ]] || return 1; done
-}
-
-# wrapper_module <dir> <module path>: a fresh throwaway module the tool is built from; `go install
-# pkg@version` refuses modules that carry replace directives (k8s, etcd server).
-wrapper_module() {
-    rm -rf "$1/module" "$1/bin.partial"
-    mkdir -p "$1/module" "$1/bin.partial"
-    printf 'module %s\n\ngo 1.26\n' "$2" > "$1/module/go.mod"
-}
-
-finish() {
-    local dir="$1"
-    rm -rf "$dir/bin"
-    mv "$dir/bin.partial" "$dir/bin"
-    date -u +%Y-%m-%dT%H:%M:%SZ > "$dir/.complete"
-}
+# shellcheck source=lib-go.sh
+source "$here/lib-go.sh"
 
 build_etcd() {
     local dir="$tools_dir/etcd-$ETCD_VERSION"
@@ -78,40 +50,7 @@ build_kubernetes() {
         log "kubernetes $KUBERNETES_VERSION: cached in $dir/bin"; return
     fi
     log "kubernetes $KUBERNETES_VERSION: building kube-apiserver, kube-controller-manager into $dir/bin"
-    wrapper_module "$dir" fireflow.local/tools/kubernetes
-    local gomod staging_version minor
-    gomod="$(go mod download -json "k8s.io/kubernetes@$KUBERNETES_VERSION" \
-        | sed -n 's/^[[:space:]]*"GoMod": "\(.*\)",$/\1/p')"
-    minor="${KUBERNETES_VERSION#v1.}"
-    staging_version="v0.${minor}"
-    local etcd_wanted
-    etcd_wanted="$(awk '$1 == "go.etcd.io/etcd/client/v3" {print $2}' "$gomod")"
-    if [[ "$etcd_wanted" != "$ETCD_VERSION" ]]; then
-        log "note: k8s $KUBERNETES_VERSION requires etcd client $etcd_wanted; ETCD_VERSION pin is $ETCD_VERSION"
-    fi
-    (
-        cd "$dir/module"
-        {
-            printf '\nrequire k8s.io/kubernetes %s\n\n' "$KUBERNETES_VERSION"
-            printf 'tool (\n\tk8s.io/kubernetes/cmd/kube-apiserver\n\tk8s.io/kubernetes/cmd/kube-controller-manager\n)\n\n'
-            # k8s.io/kubernetes requires its staging modules at v0.0.0 and maps them to ./staging/...;
-            # those replaces are ignored for a dependency (kubernetes/kubernetes#79384), so map each
-            # one to its published release. The set differs between releases: derive it from go.mod.
-            printf 'replace (\n'
-            awk -v v="$staging_version" '$2 == "=>" && $3 ~ /^\.\/staging\// {printf "\t%s => %s %s\n", $1, $1, v}' "$gomod"
-            printf ')\n'
-        } >> go.mod
-        go mod tidy
-        local pkg=k8s.io/component-base/version cpkg=k8s.io/client-go/pkg/version stamp="" p
-        local major_minor="${KUBERNETES_VERSION#v}"; major_minor="${major_minor%.*}"
-        for p in "$pkg" "$cpkg"; do
-            stamp+=" -X $p.gitVersion=$KUBERNETES_VERSION -X $p.gitMajor=${major_minor%%.*}"
-            stamp+=" -X $p.gitMinor=${major_minor#*.} -X $p.gitTreeState=clean"
-            stamp+=" -X $p.buildDate=1970-01-01T00:00:00Z"
-        done
-        go build "${build_flags[@]}" -ldflags "-s -w$stamp" -o ../bin.partial/ \
-            k8s.io/kubernetes/cmd/kube-apiserver k8s.io/kubernetes/cmd/kube-controller-manager
-    )
+    kubernetes_build "$dir" fireflow.local/tools/kubernetes kube-apiserver kube-controller-manager
     finish "$dir"
 }
 
@@ -119,12 +58,8 @@ build_helm() {
     local dir="$tools_dir/helm-$HELM_VERSION"
     if complete "$dir" helm; then log "helm $HELM_VERSION: cached in $dir/bin"; return; fi
     log "helm $HELM_VERSION: building into $dir/bin"
-    rm -rf "$dir/bin.partial"; mkdir -p "$dir/bin.partial"
     # helm has no replace directives, so plain `go install` works.
-    GOBIN="$dir/bin.partial" go install "${build_flags[@]}" \
-        -ldflags "-s -w -X helm.sh/helm/v3/internal/version.version=$HELM_VERSION" \
-        "helm.sh/helm/v3/cmd/helm@$HELM_VERSION"
-    finish "$dir"
+    go_install_tool "$dir" "helm.sh/helm/v3/cmd/helm@$HELM_VERSION" "-X helm.sh/helm/v3/internal/version.version=$HELM_VERSION"
 }
 
 main() {

@@ -1,10 +1,9 @@
 """One interface over the two ways the tests get a cluster: local (Go-built control plane + process
-node) and kind (real kubelets in Docker)."""
+node, here) and kind (real kubelets in Docker, `kind_cluster.py`)."""
 
 from __future__ import annotations
 
 import os
-import shutil
 import subprocess
 import threading
 import time
@@ -77,7 +76,15 @@ class Cluster(ABC):
     @abstractmethod
     def stop(self) -> None: ...
 
+    def load(self, reference: str) -> None:
+        """Make a local image available to the nodes (kind: `kind load`; the process node needs nothing)."""
+        return
+
     test_image = TEST_IMAGE
+    # Where pods reach a server of the test process, and the network their connections come from: the
+    # process node's pods share 127.0.0.1; kind's come over kind's Docker network.
+    host_address = "127.0.0.1"
+    host_network = "127.0.0.1/32"
 
     def kubectl(self, *args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
         env = {**os.environ, "KUBECONFIG": str(self.kubeconfig)}
@@ -180,7 +187,7 @@ class LocalCluster(Cluster):
         self.control_plane.stop()
 
 
-class _StreamFollower(LogFollower):
+class StreamFollower(LogFollower):
     """`kubectl logs -f` in a thread: keeps what a pod printed even after a real kubelet deleted it."""
 
     def __init__(self, api: ApiClient, namespace: str, pod: str) -> None:
@@ -203,67 +210,3 @@ class _StreamFollower(LogFollower):
 
     def close(self) -> None:
         self._response.release_conn()
-
-
-class KindCluster(Cluster):
-    """A kind cluster through pytest-kind, with the project's images built and loaded."""
-
-    mode = "kind"
-
-    def __init__(self, name: str, keep: bool, kind_bin: str | None, node_image: str | None) -> None:
-        from pytest_kind import KindCluster as PytestKindCluster  # noqa: PLC0415 - kind mode only
-
-        self.keep = keep
-        self._kind = PytestKindCluster(
-            name, image=node_image, kind_path=Path(kind_bin) if kind_bin else None, kubectl_path=kubectl_path()
-        )
-        self.kubeconfig = Path(self._kind.kubeconfig_path).resolve()
-        self.built: dict[str, str] = {}
-
-    @staticmethod
-    def docker_problem() -> str | None:
-        if shutil.which("docker") is None:
-            return "--cluster=kind needs Docker, and no `docker` command is on PATH"
-        probe = subprocess.run(["docker", "info"], capture_output=True, text=True, check=False)
-        if probe.returncode != 0:
-            return f"--cluster=kind needs a running Docker daemon (`docker info`: {probe.stderr.strip()[:200]})"
-        return None
-
-    def start(self) -> KindCluster:
-        self._kind.create()
-        for name, dockerfile in PROJECT_IMAGES.items():
-            if (REPO_ROOT / dockerfile).exists():
-                tag = f"{name}:e2e"
-                subprocess.run(["docker", "build", "-f", dockerfile, "-t", tag, "."], cwd=REPO_ROOT, check=True)
-                self._kind.load_docker_image(tag)
-                self.built[name] = tag
-        subprocess.run(["docker", "pull", "-q", TEST_IMAGE], check=True)
-        self._kind.load_docker_image(TEST_IMAGE)
-        self.api = kube_config.new_client_from_config(config_file=str(self.kubeconfig))  # type: ignore[no-untyped-call]
-        return self
-
-    def image(self, name: str) -> str:
-        if name not in self.built:
-            raise LookupError(
-                f"{PROJECT_IMAGES.get(name, name)} was not found at the repo top, so {name} was not built"
-            )
-        return self.built[name]
-
-    def logs(self, namespace: str, pod: str) -> str:
-        chunks = []
-        for previous in (True, False):
-            result = self.kubectl(
-                "logs", "-n", namespace, pod, "--all-containers", f"--previous={previous}", check=False
-            )
-            if result.returncode == 0 and result.stdout:
-                chunks.append(f"==> {namespace}/{pod} ({'previous' if previous else 'current'}) <==\n{result.stdout}")
-        return "".join(chunks)
-
-    def follow_logs(self, namespace: str, pod: str) -> LogFollower:
-        return _StreamFollower(self.api, namespace, pod)
-
-    def stop(self) -> None:
-        if hasattr(self, "api"):
-            self.api.close()  # type: ignore[no-untyped-call]
-        if not self.keep:
-            self._kind.delete()

@@ -5,7 +5,8 @@ Enable with `-p tests.kube.plugin` (or `pytest_plugins`). Fixtures:
   kube_api        a kubernetes `ApiClient` with admin rights on it
   kube_namespace  a fresh namespace for the test (deleted afterwards, without waiting)
 Tests that use them are marked `controlplane` automatically; `-m 'not controlplane'` skips them.
-Local mode fails (never skips) with one line naming the build script when the binaries are missing.
+Local mode fails (never skips) with one line naming the build script when the binaries are missing; kind
+mode (`--cluster=kind`, see kind_cluster.py) builds what it needs and fails with one line when it cannot.
 """
 
 from __future__ import annotations
@@ -21,10 +22,15 @@ from kubernetes.client import ApiClient, CoreV1Api
 from kubernetes.client.exceptions import ApiException
 
 from . import rawapi
-from .cluster import Cluster, KindCluster, LocalCluster, wait_for_service_account
+from .cluster import Cluster, LocalCluster, wait_for_service_account
+from .engine import BASES, ENGINE, ProjectImages, ScriptError, build_project_images
+from .kind import CLUSTER_PREFIX
 from .tools import Binaries, MissingBinariesError
 
 CLUSTER_ENV = "FIREFLOW_TEST_CLUSTER"
+IMAGE_BASE_ENV = "FIREFLOW_IMAGE_BASE"
+PYTEST_KIND_DEFAULT_NAME = "pytest-kind"  # pytest-kind's --cluster-name default; ours is below
+KIND_CLUSTER_NAME = f"{CLUSTER_PREFIX}pool"
 CLUSTER_KEY = pytest.StashKey[Cluster]()
 NAMESPACE_KEY = pytest.StashKey[str]()
 CLUSTER_FIXTURES = {"kube_cluster", "kube_api", "kube_namespace"}
@@ -39,31 +45,50 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         help=f"local: Go-built control plane + process node (default); kind: a kind cluster in Docker "
         f"(env {CLUSTER_ENV})",
     )
+    group.addoption(
+        "--image-base",
+        choices=BASES,
+        default=os.environ.get(IMAGE_BASE_ENV, "debian"),
+        help="the PYTHON_IMAGE the project's images are built on: debian (made here from Debian packages, no "
+        f"registry; default) or official (the Dockerfiles' pinned python image) (env {IMAGE_BASE_ENV})",
+    )
 
 
 def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line(
         "markers", "controlplane: needs the Kubernetes control plane (opt out with -m 'not controlplane')"
     )
+    config.addinivalue_line("markers", "docker: needs Docker and the project's images (built when missing)")
 
 
-def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    on_kind = config.getoption("--cluster") == "kind"
     for item in items:
-        if CLUSTER_FIXTURES & set(getattr(item, "fixturenames", ())):
+        if not on_kind and item.get_closest_marker("kind"):
+            item.add_marker(pytest.mark.skip(reason="checks what only a kind cluster has: run with --cluster=kind"))
+        fixtures = set(getattr(item, "fixturenames", ()))
+        if CLUSTER_FIXTURES & fixtures:
             item.add_marker(pytest.mark.controlplane)
+        if "project_images" in fixtures:
+            item.add_marker(pytest.mark.docker)
 
 
 def _start_cluster(config: pytest.Config) -> Cluster:
     if config.getoption("--cluster") == "kind":
-        problem = KindCluster.docker_problem()
-        if problem:
-            pytest.skip(problem)
-        return KindCluster(
-            name=config.getoption("cluster_name", "fireflow-pool"),
-            keep=bool(config.getoption("keep_cluster", False)),
-            kind_bin=config.getoption("kind_bin", None),
-            node_image=config.getoption("kind_image", None),
-        ).start()
+        from .kind_cluster import KindCluster  # noqa: PLC0415 - kind mode only (pytest-kind, Docker)
+
+        name = config.getoption("cluster_name", None)
+        try:
+            return KindCluster(
+                name=KIND_CLUSTER_NAME if name in (None, PYTEST_KIND_DEFAULT_NAME) else str(name),
+                keep=bool(config.getoption("keep_cluster", False)),
+                kind_bin=config.getoption("kind_bin", None),
+                node_image=config.getoption("kind_image", None),
+                image_base=str(config.getoption("--image-base")),
+            ).start()
+        except ScriptError as error:
+            failure = str(error)
+        pytest.fail(failure, pytrace=False)
     try:
         binaries = Binaries.locate()
     except MissingBinariesError as error:
@@ -83,6 +108,26 @@ def kube_cluster(pytestconfig: pytest.Config) -> Iterator[Cluster]:
     finally:
         del pytestconfig.stash[CLUSTER_KEY]
         cluster.stop()
+
+
+@pytest.fixture(scope="session")
+def project_images(pytestconfig: pytest.Config) -> Iterator[ProjectImages]:
+    """Dockerfile.worker and Dockerfile.operator built by tests/kube/build-images.sh (a no-op when unchanged)."""
+    try:
+        ENGINE.up()
+    except ScriptError as error:
+        failure = str(error)
+    else:
+        try:
+            images = build_project_images(str(pytestconfig.getoption("--image-base")))
+        except ScriptError as error:
+            ENGINE.down()
+            failure = str(error)
+        else:
+            yield images
+            ENGINE.down()
+            return
+    pytest.fail(failure, pytrace=False)
 
 
 @pytest.fixture

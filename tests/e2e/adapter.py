@@ -1,0 +1,79 @@
+"""Everything in which the e2e scenarios differ between the two clusters, in one place. The scenarios,
+the databases and the trace server are the same code on both.
+
+- Worker image. Local: `fireflow-worker:1` and `:2`, which the process node runs as the venv's console
+  script. kind: the image built from Dockerfile.worker, loaded under its own tag and as `…:e2e-2` (the same
+  image id), so an "upgrade" is a change of image reference with the same code behind it.
+- Operator image. Local: `fireflow-operator:dev` (the console script). kind: the image built from
+  Dockerfile.operator.
+- Operator values. Local: kopf's health port on a free port (every local pod shares 127.0.0.1). kind: the
+  chart's defaults.
+- Servers of this process (PostgreSQL, the trace server). Local: on 127.0.0.1. kind: on the host's address
+  on kind's Docker network, which pods reach through their node.
+"""
+
+from __future__ import annotations
+
+import subprocess
+from abc import ABC, abstractmethod
+from dataclasses import dataclass
+from typing import Any
+
+from fireflow_worker.local_postgres import free_port
+
+from tests.kube.cluster import Cluster
+
+Json = dict[str, Any]
+UPGRADE_TAG = "e2e-2"
+
+
+@dataclass(frozen=True)
+class Images:
+    operator_repository: str
+    operator_tag: str
+    worker_v1: str  # the pools' image
+    worker_v2: str  # the "upgrade": same code, another reference
+
+
+class ClusterAdapter(ABC):
+    def __init__(self, cluster: Cluster) -> None:
+        self.cluster = cluster
+
+    @abstractmethod
+    def images(self) -> Images: ...
+
+    def operator_values(self) -> Json:
+        """Chart values this cluster needs on top of the scenarios' own."""
+        return {}
+
+    @property
+    def host_address(self) -> str:
+        """Where pods reach a server of this process."""
+        return self.cluster.host_address
+
+    @property
+    def host_network(self) -> str:
+        """The network pods' connections to this process come from (for PostgreSQL's pg_hba)."""
+        return self.cluster.host_network
+
+
+class LocalAdapter(ClusterAdapter):
+    def images(self) -> Images:
+        return Images("fireflow-operator", "dev", "fireflow-worker:1", "fireflow-worker:2")
+
+    def operator_values(self) -> Json:
+        return {"operator": {"healthPort": free_port()}}
+
+
+class KindAdapter(ClusterAdapter):
+    def images(self) -> Images:
+        operator_repository, _, operator_tag = self.cluster.image("fireflow-operator").rpartition(":")
+        worker = self.cluster.image("fireflow-worker")
+        upgrade = f"{worker.rpartition(':')[0]}:{UPGRADE_TAG}"
+        subprocess.run(["docker", "tag", worker, upgrade], check=True)
+        self.cluster.load(upgrade)
+        return Images(operator_repository, operator_tag, worker, upgrade)
+
+
+def adapter_for(cluster: Cluster) -> ClusterAdapter:
+    return KindAdapter(cluster) if cluster.mode == "kind" else LocalAdapter(cluster)

@@ -1,0 +1,80 @@
+#!/usr/bin/env bash
+# Builds the project's images, Dockerfile.worker and Dockerfile.operator, with the local Docker engine
+# (started by docker-engine.sh when none is running). Their PYTHON_IMAGE build argument is either
+#   --base debian    (default) a Debian bookworm Python 3.11 image made here from Debian packages with
+#                    debootstrap: no registry needed. Cached as a tarball under
+#                    ${FIREFLOW_CACHE_DIR:-~/.cache/fireflow-pool}/images/ and as a local image.
+#   --base official  the Dockerfiles' own default, the pinned python:3.11-slim-bookworm from Docker Hub.
+# The project images are tagged fireflow-worker:<version> and fireflow-operator:<version> (pyproject's
+# version, the chart's appVersion); Docker's layer cache makes a rebuild without changes take seconds.
+# stdout: KEY=VALUE lines (PYTHON_IMAGE, WORKER_IMAGE, OPERATOR_IMAGE); progress and sizes on stderr.
+set -euo pipefail
+shopt -s inherit_errexit
+
+here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+repo="$(cd "$here/../.." && pwd)"
+# shellcheck source=versions.env
+source "$here/versions.env"
+log() { printf '[build-images] %s\n' "$*" >&2; }
+# shellcheck source=lib-images.sh
+source "$here/lib-images.sh"
+
+project_version() { sed -n 's/^version = "\(.*\)"$/\1/p' "$repo/pyproject.toml" | head -n1; }
+
+# build_project_image <name> <dockerfile> <python image>: the build's output goes to a log; on failure its tail.
+build_project_image() {
+    local name="$1" dockerfile="$2" python_image="$3" tag t=$SECONDS build_arg=()
+    tag="$name:$(project_version)"
+    local build_log="$logs_dir/$name.build.log"
+    # The official base is the Dockerfiles' own default: built exactly as a user builds them.
+    [[ -z "$python_image" ]] || build_arg=(--build-arg "PYTHON_IMAGE=$python_image")
+    if ! docker build --network host "${build_arg[@]}" -f "$repo/$dockerfile" \
+        -t "$tag" "$repo" >"$build_log" 2>&1; then
+        log "$name: docker build failed; last lines of $build_log:"
+        tail -n 30 "$build_log" >&2
+        return 1
+    fi
+    log "$name: built $tag from $dockerfile in $((SECONDS - t))s"
+}
+
+size_mb() { docker image inspect --format '{{.Size}}' "$1" | awk '{printf "%d MB", $1 / 1000000}'; }
+
+main() {
+    local base=debian
+    while (($#)); do
+        case "$1" in
+            --base) base="$2"; shift 2 ;;
+            *) log "usage: $0 [--base debian|official]"; exit 2 ;;
+        esac
+    done
+    ensure_docker
+    local start=$SECONDS python_image build_arg
+    case "$base" in
+        debian) python_image="$(ensure_base_image)"; build_arg="$python_image" ;;
+        official)
+            # Pulled by its pinned reference and also tagged plainly: `kind load` takes no digests.
+            local pinned
+            pinned="$(sed -n 's/^ARG PYTHON_IMAGE=//p' "$repo/Dockerfile.worker")"
+            docker pull -q "$pinned" >&2
+            python_image=fireflow-pool/python-base:official
+            docker tag "$pinned" "$python_image"
+            build_arg="" ;;
+        *) log "--base is debian or official, not $base"; exit 2 ;;
+    esac
+    # Both images in parallel: most of a build is pip waiting on the network.
+    build_project_image fireflow-worker Dockerfile.worker "$build_arg" & local worker=$!
+    build_project_image fireflow-operator Dockerfile.operator "$build_arg" & local operator=$!
+    local failed=0
+    wait "$worker" || failed=1
+    wait "$operator" || failed=1
+    ((failed == 0)) || exit 1
+    local version
+    version="$(project_version)"
+    log "sizes: python base $(size_mb "$python_image"), fireflow-worker:$version $(size_mb "fireflow-worker:$version"), fireflow-operator:$version $(size_mb "fireflow-operator:$version")"
+    log "all done in $((SECONDS - start))s"
+    echo "PYTHON_IMAGE=$python_image"
+    echo "WORKER_IMAGE=fireflow-worker:$version"
+    echo "OPERATOR_IMAGE=fireflow-operator:$version"
+}
+
+main "$@"
