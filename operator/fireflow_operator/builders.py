@@ -8,7 +8,7 @@ from typing import Any
 from pydantic import BaseModel
 
 from fireflow_operator import names
-from fireflow_operator.model import PoolSpec
+from fireflow_operator.model import PoolSpec, worker_processes
 
 WORKER_UID = 10001
 WRITABLE_TMP = "/tmp"  # noqa: S108 - an emptyDir, the only writable path under a read-only root
@@ -86,6 +86,8 @@ def worker_env(pool: Pool, application_version: str) -> list[dict[str, Any]]:
         "FIREFLOW_HEALTH_PORT": str(names.HEALTH_PORT),
         # The operator decides which version is DBOS's latest (versioned rollouts keep older ones serving).
         "FIREFLOW_VERSION_ROLE": "managed",
+        # Decided here, not by each pod: the connection budget counts processes x (pool size + 1) per pod.
+        "FIREFLOW_WORKER_PROCESSES": str(worker_processes(spec)),
     }
     return [
         {"name": "POD_NAME", "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}},

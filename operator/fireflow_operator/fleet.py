@@ -188,7 +188,7 @@ class Fleet:
             entries.append(entry)
         return entries
 
-    def recover(self, pool: Pool, draft: StatusDraft, statefulsets: dict[str, int], live_pods: set[str]) -> None:
+    def recover(self, pool: Pool, draft: StatusDraft, statefulsets: dict[str, int], live_pods: dict[str, int]) -> None:
         """No stranded runs: hand back the PENDING runs of departed pods that will not return, for every
         version's StatefulSet (name -> the replicas it keeps)."""
         assert draft.url is not None

@@ -28,7 +28,7 @@ class MigrationGate:
         self._locks: defaultdict[str, threading.Lock] = defaultdict(threading.Lock)
 
     def step(
-        self, pool: Pool, facts: DatabaseFacts, draft: StatusDraft, sts: Any, live_pods: set[str]
+        self, pool: Pool, facts: DatabaseFacts, draft: StatusDraft, sts: Any, live_pods: dict[str, int]
     ) -> migration.MigrationStep:
         """Advance the migration gate one step, create the Job it asks for, and clean up finished Jobs."""
         spec, namespace = pool.spec, pool.namespace

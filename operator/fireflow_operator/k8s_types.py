@@ -57,6 +57,19 @@ Quantity = Annotated[
 ]
 
 
+_SUFFIXES = {"m": 1e-3, "k": 1e3, "M": 1e6, "G": 1e9, "T": 1e12, "P": 1e15, "E": 1e18,
+             "Ki": 2**10, "Mi": 2**20, "Gi": 2**30, "Ti": 2**40, "Pi": 2**50, "Ei": 2**60}  # fmt: skip
+
+
+def cpu_cores(quantity: int | str) -> float:
+    """A CPU quantity ("500m", "2", "1.5") in cores."""
+    if isinstance(quantity, int):
+        return float(quantity)
+    number = re.match(r"^[+-]?(\d+\.?\d*|\.\d+)(e[+-]?\d+)?", quantity, re.I)
+    value = float(number.group(0)) if number else 0.0
+    return value * _SUFFIXES.get(quantity[number.end() :] if number else "", 1.0)
+
+
 def _keys_match(pattern: str, what: str, max_length: int = 316) -> Any:
     def check(mapping: dict[str, Any] | None) -> dict[str, Any] | None:
         for key in mapping or {}:

@@ -153,6 +153,17 @@ class Kube:
         """The namespace's FailedCreate events: controllers that could not create a pod, and why."""
         return list(self.core.list_namespaced_event(namespace, field_selector="reason=FailedCreate").items)
 
+    def list_worker_pods(self, namespace: str, selector: dict[str, str]) -> dict[str, int]:
+        """Live pods by name, with the worker processes each runs (its FIREFLOW_WORKER_PROCESSES, else 1)."""
+        label_selector = ",".join(f"{k}={v}" for k, v in selector.items())
+        found: dict[str, int] = {}
+        pods: list[Any] = self.core.list_namespaced_pod(namespace, label_selector=label_selector).items
+        for pod in pods:
+            env = {e.name: e.value for e in (pod.spec.containers[0].env or []) if e.value is not None}
+            processes = env.get("FIREFLOW_WORKER_PROCESSES", "1")
+            found[str(pod.metadata.name)] = int(processes) if processes.isdigit() else 1
+        return found
+
     def list_pod_names(self, namespace: str, selector: dict[str, str]) -> set[str]:
         label_selector = ",".join(f"{k}={v}" for k, v in selector.items())
         pods = self.core.list_namespaced_pod(namespace, label_selector=label_selector).items

@@ -8,6 +8,7 @@ same rules are checked here too, for objects that predate a CRD upgrade.
 
 from __future__ import annotations
 
+import math
 from enum import StrEnum
 from typing import Any
 
@@ -24,6 +25,7 @@ from fireflow_operator.k8s_types import (
     PodSecurityContext,
     ResourceRequirements,
     Toleration,
+    cpu_cores,
 )
 
 GROUP = "fireflow.persistent.ai"
@@ -62,6 +64,7 @@ RESERVED_ENV = (
     "FIREFLOW_LOCAL_SQLITE_PATH",
     "PGAPPNAME",
     "FIREFLOW_VERSION_ROLE",
+    "FIREFLOW_WORKER_PROCESSES",
 )
 
 
@@ -146,6 +149,13 @@ class DbosSpec(_Model):
     queue_concurrency: int = Field(0, ge=0, le=1_000_000, description="Runs at once across all workers; 0 = no cap.")
     polling_interval_ms: int = Field(50, ge=1, le=600_000, description="Queue polling interval.")
     system_database_pool_size: int = Field(30, ge=2, le=1_000, description="Connections per worker process.")
+    worker_processes: int | None = Field(
+        None,
+        ge=1,
+        le=64,
+        description="Worker processes per pod, each with its own executor id (<pod id>-p<k> for k >= 1) and "
+        "pool. Unset: the container's CPU limit rounded up, 1 without a limit.",
+    )
     shutdown_drain_timeout_ms: int = Field(
         25_000, ge=0, le=3_600_000, description="How long SIGTERM waits for running runs."
     )
@@ -308,6 +318,15 @@ class PoolSpec(_Model):
         if reserved:
             raise ValueError(f"spec.env may not set a variable the operator manages: {reserved[0]}")
         return self
+
+
+def worker_processes(spec: PoolSpec) -> int:
+    """Processes per pod: spec.dbos.workerProcesses, else the CPU limit rounded up (the worker's own rule for
+    `auto`, decided here so the connection budget and the pods agree), else 1."""
+    if spec.dbos.worker_processes is not None:
+        return spec.dbos.worker_processes
+    limit = (spec.resources.limits or {}).get("cpu") if spec.resources is not None else None
+    return max(1, min(64, math.ceil(cpu_cores(limit)))) if limit is not None else 1
 
 
 def parse_spec(spec: dict[str, Any]) -> PoolSpec:

@@ -160,7 +160,7 @@ class Reconciler:
         return read_or_none(self.kube.apps.read_namespaced_stateful_set, name, pool.namespace)
 
     def _step(
-        self, pool: Pool, facts: DatabaseFacts, draft: StatusDraft, sts: Any, live_pods: set[str]
+        self, pool: Pool, facts: DatabaseFacts, draft: StatusDraft, sts: Any, live_pods: dict[str, int]
     ) -> migration.MigrationStep:
         """The gate's step; a target that was rolled back stays back until the spec names another one."""
         target = names.target_hash(pool.spec.image, pool.spec.dbos.application_version)
@@ -196,7 +196,7 @@ class Reconciler:
         listed = fleet.load(draft.new)
         current = fleet.current_of(listed) or Version(pool.spec.dbos.application_version, 0, pool.spec.image, CURRENT)
         sts = self._read_sts(pool, current.index)
-        live_pods = self.kube.list_pod_names(pool.namespace, names.selector_labels(name))  # every version's
+        live_pods = self.kube.list_worker_pods(pool.namespace, names.selector_labels(name))  # every version's
         step = self._step(pool, facts, draft, sts, live_pods)
         if step.roll_out:
             listed, current, sts = self._roll_versions(pool, draft, listed, current, sts)

@@ -17,13 +17,19 @@ import psycopg
 from fireflow_operator.dbprobe import DatabaseQueryError, connect
 from fireflow_operator.dsn import libpq_dsn
 
-_ORDINAL = re.compile(r"(\d+)(?:-p\d+)?")
+_ORDINAL = re.compile(r"(\d+)(?:-p(\d+))?")
 
 
 def stranded_executors(
-    pending_executors: Iterable[str], *, namespace: str, statefulset: str, replicas: int, live_pods: set[str]
+    pending_executors: Iterable[str],
+    *,
+    namespace: str,
+    statefulset: str,
+    replicas: int,
+    live_pods: dict[str, int],
 ) -> list[str]:
-    """Executor ids of this StatefulSet's pods that will not return (ordinal >= replicas) and are gone.
+    """Executor ids of this StatefulSet that nothing will run again: pods that will not return (ordinal >=
+    replicas) and are gone, and processes a live pod no longer has (`live_pods`: name -> its processes).
 
     An id is `<namespace>.<statefulset>-<ordinal>`, or `...-<ordinal>-p<k>` for the k-th worker process of a
     pod; another version's StatefulSet (`<statefulset>-v<N>-...`) never matches.
@@ -34,8 +40,12 @@ def stranded_executors(
         match = _ORDINAL.fullmatch(executor.removeprefix(prefix)) if executor.startswith(prefix) else None
         if match is None:
             continue
-        ordinal = int(match.group(1))
-        if ordinal >= replicas and f"{statefulset}-{ordinal}" not in live_pods:
+        ordinal, process = int(match.group(1)), int(match.group(2) or 0)
+        pod = f"{statefulset}-{ordinal}"
+        if pod in live_pods:
+            if process >= live_pods[pod]:  # fewer processes per pod now: no process of this pod has the id
+                stranded.append(executor)
+        elif ordinal >= replicas:
             stranded.append(executor)
     return sorted(stranded)
 

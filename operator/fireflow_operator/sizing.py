@@ -23,6 +23,7 @@ from fireflow_operator.budget import (
     same_decision,
 )
 from fireflow_operator.builders import Pool
+from fireflow_operator.model import worker_processes
 from fireflow_operator.scaling import ReplicaPlan, plan_replicas
 from fireflow_operator.status import StatusDraft
 from fireflow_operator.usage import UsageHistory
@@ -71,7 +72,7 @@ class BudgetKeeper:
         def budget(others: Usage) -> Budget:
             return compute_budget(
                 facts,
-                per_replica=spec.dbos.system_database_pool_size + 1,
+                per_replica=worker_processes(spec) * (spec.dbos.system_database_pool_size + 1),
                 headroom=spec.database.reserved_connections,
                 other_pools=needs_of_others,
                 others=others,

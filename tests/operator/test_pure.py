@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 from fireflow_operator import names
 from fireflow_operator.builders import Pool, build_migration_job, build_pdb, build_statefulset, wants_pdb
-from fireflow_operator.model import RESERVED_ENV, parse_spec
+from fireflow_operator.model import RESERVED_ENV, parse_spec, worker_processes
 from fireflow_operator.recovery import stranded_executors
 from fireflow_operator.scaling import plan_replicas
 from pydantic import ValidationError
@@ -59,6 +59,17 @@ def test_should_give_migration_jobs_deterministic_names_outside_the_worker_selec
     assert len(long_name) <= 63
 
 
+def test_should_decide_processes_per_pod_as_the_worker_would() -> None:
+    assert worker_processes(_pool().spec) == 1  # no CPU limit
+    assert worker_processes(_pool(resources={"limits": {"cpu": "1500m"}}).spec) == 2
+    assert worker_processes(_pool(resources={"limits": {"cpu": 4}}).spec) == 4
+    assert worker_processes(_pool(resources={"limits": {"cpu": "0.1"}}).spec) == 1
+    assert worker_processes(_pool(resources={"limits": {"cpu": 4}}, dbos={"workerProcesses": 2}).spec) == 2
+    sts = build_statefulset(_pool(dbos={"workerProcesses": 3}), image="i", application_version="1", replicas=1)
+    env = {e["name"]: e.get("value") for e in sts["spec"]["template"]["spec"]["containers"][0]["env"]}
+    assert env["FIREFLOW_WORKER_PROCESSES"] == "3"
+
+
 def test_should_reserve_every_variable_the_operator_sets() -> None:
     sts = build_statefulset(_pool(), image="i", application_version="1", replicas=1)
     set_by_operator = {e["name"] for e in sts["spec"]["template"]["spec"]["containers"][0]["env"]}
@@ -99,7 +110,10 @@ def test_should_keep_running_workers_through_a_burst_but_not_grow_into_it() -> N
 def test_should_strand_only_gone_pods_at_or_above_the_replica_count() -> None:
     pending = ["ns.pool-0", "ns.pool-1", "ns.pool-2", "ns.pool-3", "other.pool-4", "ns.poolx-5", "ns.pool-3-p1",
                "ns.pool-v2-7", "ns.pool-1x"]  # fmt: skip
-    stranded = stranded_executors(pending, namespace="ns", statefulset="pool", replicas=1, live_pods={"pool-2"})
+    stranded = stranded_executors(pending, namespace="ns", statefulset="pool", replicas=1, live_pods={"pool-2": 1})
     assert stranded == ["ns.pool-1", "ns.pool-3", "ns.pool-3-p1"]  # pool-2 still exists: it may be running its runs
-    versioned = stranded_executors(pending, namespace="ns", statefulset="pool-v2", replicas=3, live_pods=set())
+    versioned = stranded_executors(pending, namespace="ns", statefulset="pool-v2", replicas=3, live_pods={})
     assert versioned == ["ns.pool-v2-7"]
+    processes = ["ns.pool-0", "ns.pool-0-p1", "ns.pool-0-p2", "ns.pool-0-p3"]
+    fewer = stranded_executors(processes, namespace="ns", statefulset="pool", replicas=1, live_pods={"pool-0": 2})
+    assert fewer == ["ns.pool-0-p2", "ns.pool-0-p3"]  # the pod runs 2 processes now: -p2 and -p3 never return
