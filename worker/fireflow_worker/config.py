@@ -24,7 +24,7 @@ from pydantic import (
 
 from fireflow_worker import __version__
 from fireflow_worker.dburl import POSTGRES_SCHEMES, redact_url, url_problem
-from fireflow_worker.queues import ALL_QUEUES
+from fireflow_worker.queues import ALL_QUEUES, BACKGROUND, EXECUTIONS, SANDBOX, TERMINAL
 
 LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")
 APP_NAME_PATTERN = re.compile(r"^[a-z0-9_-]{3,256}$")
@@ -117,6 +117,21 @@ class WorkerConfig(BaseModel):
     max_flow_nodes: int = Field(1_000, alias="FIREFLOW_MAX_FLOW_NODES", ge=1, le=100_000)
     # Times a run may be recovered after its worker died while running it (DBOS's max_recovery_attempts).
     max_recovery_attempts: int = Field(10, alias="FIREFLOW_MAX_RECOVERY_ATTEMPTS", ge=0, le=10_000)
+    # Polling intervals of the other queues; unset = DBOS_QUEUE_POLLING_INTERVAL_MS (see dispatcher.py).
+    background_polling_interval_ms: int | None = Field(
+        None, alias="FIREFLOW_BACKGROUND_QUEUE_POLLING_INTERVAL_MS", ge=1, le=600_000
+    )
+    sandbox_polling_interval_ms: int | None = Field(
+        None, alias="FIREFLOW_SANDBOX_QUEUE_POLLING_INTERVAL_MS", ge=1, le=600_000
+    )
+    terminal_polling_interval_ms: int | None = Field(
+        None, alias="FIREFLOW_TERMINAL_QUEUE_POLLING_INTERVAL_MS", ge=1, le=600_000
+    )
+    # Claim when notified of an enqueue (plus this safety poll) instead of DBOS polling every queue.
+    claim_on_notify: Bool = Field(True, alias="FIREFLOW_CLAIM_ON_NOTIFY")
+    idle_poll_interval_ms: int = Field(1_000, alias="FIREFLOW_IDLE_POLL_INTERVAL_MS", ge=10, le=600_000)
+    # SQLAlchemy's ping before every pooled checkout: one more round trip per database transaction.
+    pool_pre_ping: Bool = Field(False, alias="FIREFLOW_POOL_PRE_PING")
 
     @model_validator(mode="after")
     def _database_or_local(self) -> WorkerConfig:
@@ -154,6 +169,26 @@ class WorkerConfig(BaseModel):
         return max(1, self.worker_concurrency // 2)
 
     @property
+    def polling_intervals_ms(self) -> dict[str, int]:
+        """Each queue's polling interval: the least time between two claims of it by one worker."""
+        return {
+            EXECUTIONS: self.polling_interval_ms,
+            BACKGROUND: self.background_polling_interval_ms or self.polling_interval_ms,
+            SANDBOX: self.sandbox_polling_interval_ms or self.polling_interval_ms,
+            TERMINAL: self.terminal_polling_interval_ms or self.polling_interval_ms,
+        }
+
+    @property
+    def listens_for_work(self) -> bool:
+        """Claims on notification (PostgreSQL only: SQLite has no LISTEN)."""
+        return self.claim_on_notify and self.database_url is not None
+
+    @property
+    def dbos_pool_size(self) -> int:
+        """DBOS's share of DBOS_SYSTEM_DATABASE_POOL_SIZE: the claim listener's connection is one of them."""
+        return max(1, self.pool_size - 1) if self.listens_for_work else self.pool_size
+
+    @property
     def global_concurrency(self) -> int | None:
         # DBOS raises on 0; the seed's 0 means "no cap".
         return self.queue_concurrency or None
@@ -167,7 +202,7 @@ def _field_hint(field_name: str) -> str:
     le = getattr(bounds.get("Le"), "le", None)
     if ge is not None and le is not None:
         return f"an integer from {ge} to {le}"
-    if info.annotation is bool or field_name in ("local_mode", "run_migrations"):
+    if info.annotation is bool or field_name in ("local_mode", "run_migrations", "claim_on_notify", "pool_pre_ping"):
         return "true or false"
     if field_name == "log_level":
         return "one of debug, info, warning, error, critical (any case)"

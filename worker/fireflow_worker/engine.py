@@ -14,6 +14,11 @@ A run is bounded (see `run_limits`): at most `max_parallel_nodes` of its node st
 and the run's total are limited. A cancelled run stops at once: the cancel watcher wakes it, its node tasks
 are cancelled (a node step already running in a thread finishes unobserved and is not retried), and the
 workflow ends as DBOS's cancellation, freeing its slot.
+
+What a run costs beyond DBOS's own records is kept to nothing on the hot path: a flow that travels with the
+run needs no step to resolve it (it is the workflow's recorded input), the flow is parsed and validated once,
+and with the default event detail no event is written (readers derive them from the step records; see
+`run_events`). Only a run asking for `live` events writes each event to its stream.
 """
 
 from __future__ import annotations
@@ -21,6 +26,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -44,11 +50,14 @@ from fireflow_worker.node_step import (
     one_line,
     run_node_step,
 )
+from fireflow_worker.run_events import LIVE, PROVISION_STEP, event_detail, flow_label
 from fireflow_worker.run_limits import OutputBudget, RunLimits
 
 __all__ = ["EVENTS_STREAM", "SETTINGS", "WORKFLOW_NAME", "RunFailedError", "register_workflow", "run_flow"]
 
 WORKFLOW_NAME = "fireflow.run_flow"
+# Flows with more nodes than this are validated in a thread, off the shared event loop.
+THREADED_VALIDATION_NODES = 64
 
 
 class RunFailedError(Exception):
@@ -69,6 +78,10 @@ class EngineSettings:
     active_runs: set[str] = field(default_factory=set)
     # Runs whose execution here was cut short by shutdown: they stay PENDING for recovery.
     interrupted_runs: set[str] = field(default_factory=set)
+    # Runs started since the sampler last read their claim latency (appended and swapped whole: thread-safe).
+    claimed: list[str] = field(default_factory=list)
+    # Told the queue of every run that ends here, so its claimer can fill the freed slot.
+    on_run_ended: Callable[[str], None] | None = None
 
     def is_cancelled(self, run_id: str, ask_now: bool = False) -> bool:
         return self.cancel_watcher is not None and self.cancel_watcher.is_cancelled(run_id, ask_now)
@@ -94,6 +107,7 @@ async def run_flow(request: dict[str, Any]) -> dict[str, Any]:
     metrics.RUNS_STARTED.labels(queue).inc()
     metrics.ACTIVE_RUNS.inc()
     SETTINGS.active_runs.add(run_id)
+    SETTINGS.claimed.append(run_id)
     started = time.monotonic()
     ended: Counter | None = metrics.RUNS_FAILED
     try:
@@ -113,52 +127,73 @@ async def run_flow(request: dict[str, Any]) -> dict[str, Any]:
         metrics.RUN_DURATION.observe(time.monotonic() - started)
         metrics.ACTIVE_RUNS.dec()
         SETTINGS.active_runs.discard(run_id)
+        if SETTINGS.on_run_ended is not None:
+            SETTINGS.on_run_ended(queue)
 
 
 async def _run(request: Any, run_id: str) -> dict[str, Any]:
-    """The run between its events: every failure becomes one `run.failed` event and one RunFailedError."""
+    """The run between its events: every failure becomes one RunFailedError (and, with live events, one
+    `run.failed` event). With the default event detail nothing is written but DBOS's own records."""
+    live = event_detail(request) == LIVE
     announced = False
     try:
-        definition = await DBOS.run_step_async(_PROVISION_STEP, _provision, request)
-        flow = await asyncio.to_thread(load_flow, definition)  # off the event loop: every run shares it
-        await DBOS.write_stream_async(EVENTS_STREAM, {"event": "run.started", "flow": flow.name, "at_ms": now_ms()})
-        announced = True
+        definition = await _definition(request)
+        flow = await _load(definition)
+        if live:
+            await _write_event({"event": "run.started", "flow": flow.name, "at_ms": now_ms()})
+            announced = True
         # Enqueuers other than this package's client (the API, Flame Chorus) may not have checked inputs.
         try:
             inputs = validate_run_inputs(flow, request.get("inputs"))
         except FlowValidationError as err:
             raise RunFailedError(f"invalid run inputs: {err.one_line()}") from None
-        result = await _execute(flow, inputs, run_id)
+        result = await _execute(flow, inputs, run_id, live)
     except Exception as err:
         failure = err if isinstance(err, RunFailedError) else RunFailedError(f"{type(err).__name__}: {one_line(err)}")
-        if not announced:
-            await DBOS.write_stream_async(
-                EVENTS_STREAM, {"event": "run.started", "flow": _flow_label(request), "at_ms": now_ms()}
-            )
-        await DBOS.write_stream_async(EVENTS_STREAM, {"event": "run.failed", "error": str(failure), "at_ms": now_ms()})
-        await DBOS.close_stream_async(EVENTS_STREAM)
+        if live:
+            if not announced:
+                await _write_event({"event": "run.started", "flow": flow_label(request), "at_ms": now_ms()})
+            await _write_event({"event": "run.failed", "error": str(failure), "at_ms": now_ms()})
+            await DBOS.close_stream_async(EVENTS_STREAM)
         raise failure from None
-    await DBOS.write_stream_async(EVENTS_STREAM, {"event": "run.finished", "at_ms": now_ms()})
-    await DBOS.close_stream_async(EVENTS_STREAM)
+    if live:
+        await _write_event({"event": "run.finished", "at_ms": now_ms()})
+        await DBOS.close_stream_async(EVENTS_STREAM)
     return result
 
 
-def _flow_label(request: Any) -> str | None:
-    """What names the flow of a run whose flow could not be loaded: its name if it has one, else its ref."""
-    if not isinstance(request, dict):
-        return None
-    flow = request.get("flow")
-    name = flow.get("name") if isinstance(flow, dict) else request.get("flow_ref")
-    return one_line(str(name), 200) if name is not None else None
+async def _write_event(event: dict[str, Any]) -> None:
+    await DBOS.write_stream_async(EVENTS_STREAM, event)
+
+
+async def _definition(request: Any) -> Any:
+    """The run's flow definition. A flow that travels with the run is part of the workflow's recorded input:
+    no step. A stored flow is resolved in the recorded `provision` step, so a recovered run runs the
+    definition its first execution resolved."""
+    if not isinstance(request, dict) or (request.get("flow") is None) == (request.get("flow_ref") is None):
+        raise RunFailedError("invalid run request: it must carry exactly one of flow and flow_ref")
+    if request.get("flow") is not None:
+        return request["flow"]
+    return await DBOS.run_step_async(_PROVISION_STEP, _provision, str(request["flow_ref"]))
+
+
+async def _load(definition: Any) -> Flow:
+    """Parse and validate the flow, once per run (a stored flow may have changed since enqueue)."""
+    big = isinstance(definition, dict) and len(definition.get("nodes") or ()) > THREADED_VALIDATION_NODES
+    try:
+        # A large flow is validated off the event loop, which every run of the worker shares.
+        return await asyncio.to_thread(load_flow, definition) if big else load_flow(definition)
+    except FlowValidationError as err:
+        raise RunFailedError(f"invalid flow: {err.one_line()}") from None
 
 
 def _provision_retry(err: BaseException) -> bool:
-    # A lost database connection is worth another try; a missing or invalid flow is not.
+    # A lost database connection is worth another try; a missing flow is not.
     return not isinstance(err, RunFailedError)
 
 
 _PROVISION_STEP: StepOptions = {
-    "name": "provision",
+    "name": PROVISION_STEP,
     "retries_allowed": True,
     "max_attempts": 8,
     "interval_seconds": 1.0,
@@ -167,33 +202,17 @@ _PROVISION_STEP: StepOptions = {
 }
 
 
-def _provision(request: Any) -> dict[str, Any]:
-    """Resolve the run's flow (a stored one through the provision cache), check it, note the claim latency."""
-    status = DBOS.get_workflow_status(DBOS.workflow_id or "")
-    if status is not None and status.created_at and status.dequeued_at:
-        metrics.CLAIM_LATENCY.labels(status.queue_name or "none").observe(
-            max(0.0, (status.dequeued_at - status.created_at) / 1000)
-        )
-    if not isinstance(request, dict) or (request.get("flow") is None) == (request.get("flow_ref") is None):
-        raise RunFailedError("invalid run request: it must carry exactly one of flow and flow_ref")
-    if request.get("flow") is not None:
-        definition: Any = request["flow"]
-    else:
-        if SETTINGS.provision_cache is None:
-            raise RunFailedError("this worker cannot resolve stored flows (no database-backed cache)")
-        try:
-            definition = SETTINGS.provision_cache.get(str(request["flow_ref"]))
-        except FlowNotFoundError as err:
-            raise RunFailedError(str(err)) from None
+def _provision(flow_ref: str) -> Any:
+    """Resolve a stored flow through the provision cache (validated by the workflow, once)."""
+    if SETTINGS.provision_cache is None:
+        raise RunFailedError("this worker cannot resolve stored flows (no database-backed cache)")
     try:
-        load_flow(definition)  # a stored flow may have changed since enqueue: validate what will run
-    except FlowValidationError as err:
-        raise RunFailedError(f"invalid flow: {err.one_line()}") from None
-    result: dict[str, Any] = definition
-    return result
+        return SETTINGS.provision_cache.get(flow_ref)
+    except FlowNotFoundError as err:
+        raise RunFailedError(str(err)) from None
 
 
-async def _execute(flow: Flow, inputs: dict[str, Any], run_id: str) -> dict[str, Any]:
+async def _execute(flow: Flow, inputs: dict[str, Any], run_id: str, live: bool) -> dict[str, Any]:
     limits = SETTINGS.limits
     order = [node_id for layer in topological_layers(flow) for node_id in layer]
     reservations = {node_id: DBOS.reserve_step() for node_id in order}
@@ -213,7 +232,7 @@ async def _execute(flow: Flow, inputs: dict[str, Any], run_id: str) -> dict[str,
         retry = retry_policy(default_registry().get(spec.type), spec)
         try:
             params = resolve_params(spec.params, inputs, outputs, limits.max_node_output_bytes)
-            call = NodeCall(run_id, node_id, spec.type, params, limits, budget, SETTINGS.is_cancelled)
+            call = NodeCall(run_id, node_id, spec.type, params, limits, budget, SETTINGS.is_cancelled, live)
             options: StepOptions = {
                 "name": f"node:{node_id}",
                 "retries_allowed": retry.max_attempts > 1,
@@ -235,9 +254,9 @@ async def _execute(flow: Flow, inputs: dict[str, Any], run_id: str) -> dict[str,
         budget.record(node_id, int(result.get("bytes", 0)))
         if result["wake_at_ms"]:
             await asyncio.sleep(max(0.0, (result["wake_at_ms"] - now_ms()) / 1000))
-            duration_ms = now_ms() - result.get("started_at_ms", now_ms())
-            finished = node_finished_event(node_id, result.get("attempt", 1), duration_ms)
-            await DBOS.write_stream_async(EVENTS_STREAM, finished)
+            if live:
+                duration_ms = now_ms() - result.get("started_at_ms", now_ms())
+                await _write_event(node_finished_event(node_id, result.get("attempt", 1), duration_ms))
         done[node_id].set_result(result["output"])
 
     tasks = [loop.create_task(run_one(node_id)) for node_id in order]

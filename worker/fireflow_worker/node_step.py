@@ -15,6 +15,7 @@ from typing import Any
 
 from dbos import DBOS
 from dbos import error as dbos_error
+from sqlalchemy import exc as sa_exc
 
 from fireflow_worker import metrics
 from fireflow_worker.flows.nodetype import NodeContext, NodeError, parse_params, run_node
@@ -49,6 +50,8 @@ class NodeCall:
     limits: RunLimits
     budget: OutputBudget
     is_cancelled: IsCancelled
+    # Write this node's events to the run's stream as they happen (the run's `live` event detail).
+    live: bool = False
 
     def should_retry(self, err: BaseException) -> bool:
         """Failures another attempt cannot fix are not retried, and nothing is retried once the run is cancelled."""
@@ -76,10 +79,16 @@ def run_node_step(call: NodeCall) -> dict[str, Any]:
         raise dbos_error.DBOSWorkflowCancelledError(f"run {call.run_id} was cancelled; node {call.node_id} stops")
     node_type = default_registry().get(call.node_type)
     started = time.monotonic()
-    DBOS.write_stream(
-        EVENTS_STREAM,
-        {"event": "node.started", "node": call.node_id, "type": call.node_type, "attempt": attempt, "at_ms": now_ms()},
-    )
+    if call.live:
+        _write_event(
+            {
+                "event": "node.started",
+                "node": call.node_id,
+                "type": call.node_type,
+                "attempt": attempt,
+                "at_ms": now_ms(),
+            }
+        )
     deferred_sleep = _DeferredSleep()
     ctx = NodeContext(run_id=call.run_id, node_id=call.node_id, sleeper=deferred_sleep, attempt=attempt)
     try:
@@ -92,24 +101,24 @@ def run_node_step(call: NodeCall) -> dict[str, Any]:
         failure = err if isinstance(err, NodeError) else NodeError(f"{type(err).__name__}: {one_line(err)}")
         elapsed = time.monotonic() - started
         metrics.NODE_DURATION.labels(call.node_type, "failed").observe(elapsed)
-        DBOS.write_stream(
-            EVENTS_STREAM,
-            {
-                "event": "node.failed",
-                "node": call.node_id,
-                "attempt": attempt,
-                "error": one_line(failure.message),
-                "duration_ms": round(elapsed * 1000, 3),
-                "at_ms": now_ms(),
-            },
-        )
+        if call.live:
+            _write_event(
+                {
+                    "event": "node.failed",
+                    "node": call.node_id,
+                    "attempt": attempt,
+                    "error": one_line(failure.message),
+                    "duration_ms": round(elapsed * 1000, 3),
+                    "at_ms": now_ms(),
+                }
+            )
         raise NodeError(one_line(failure.message), retryable=failure.retryable) from None
     elapsed = time.monotonic() - started
     metrics.NODE_DURATION.labels(call.node_type, "succeeded").observe(elapsed)
     wake_at_ms = now_ms() + int(deferred_sleep.seconds * 1000) if deferred_sleep.seconds else None
-    if not node_type.durable:
+    if call.live and not node_type.durable:
         # A durable node's `node.finished` is written by the workflow once its sleep is over.
-        DBOS.write_stream(EVENTS_STREAM, node_finished_event(call.node_id, attempt, elapsed * 1000))
+        _write_event(node_finished_event(call.node_id, attempt, elapsed * 1000))
     return {
         "output": output,
         "bytes": size,
@@ -117,6 +126,18 @@ def run_node_step(call: NodeCall) -> dict[str, Any]:
         "attempt": attempt,
         "started_at_ms": now_ms() - int(elapsed * 1000),
     }
+
+
+def _write_event(event: dict[str, Any]) -> None:
+    """A live event, from inside the node's step. The pool does not ping a connection before use, so the
+    first write after a database restart may meet a dead one (SQLAlchemy then drops the pool's old
+    connections): one more try on a fresh connection, then the event is lost rather than the node failed."""
+    try:
+        DBOS.write_stream(EVENTS_STREAM, event)
+    except sa_exc.DBAPIError as err:
+        if not err.connection_invalidated:
+            raise
+        DBOS.write_stream(EVENTS_STREAM, event)
 
 
 def node_finished_event(node_id: str, attempt: int, duration_ms: float) -> dict[str, Any]:

@@ -8,7 +8,9 @@ attribute of the pinned version (`DBOS._sys_db.engine`).
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import logging
+import threading
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import psycopg
@@ -16,6 +18,14 @@ import sqlalchemy as sa
 
 from fireflow_worker.dburl import libpq_url
 from fireflow_worker.flow_store import FlowNotFoundError
+
+log = logging.getLogger("fireflow.worker")
+
+# The channel the project's triggers notify when a run is enqueued ("run:<queue>") or a queue's row changes
+# ("queue:<queue>"); see schema.py.
+ENQUEUED_CHANNEL = "ff_enqueued"
+RUN_ENQUEUED = "run"
+QUEUE_CHANGED = "queue"
 
 
 def _workflow_status_table(engine: sa.Engine) -> str:
@@ -69,3 +79,41 @@ def refund_drained_dispatches(database_url: str, application_name: str, executor
             (run_ids, executor_id),
         )
         return cursor.rowcount
+
+
+def claim_latencies(engine: sa.Engine, run_ids: Sequence[str]) -> list[tuple[str, float]]:
+    """(queue, seconds from enqueue to claim) of the given runs, database clock; one primary-key lookup each."""
+    query = sa.text(
+        f"SELECT coalesce(queue_name, 'none'), started_at_epoch_ms - created_at "  # noqa: S608 - constant
+        f"FROM {_workflow_status_table(engine)} WHERE workflow_uuid IN :ids AND started_at_epoch_ms IS NOT NULL"
+    ).bindparams(sa.bindparam("ids", expanding=True))
+    with engine.connect() as conn:
+        return [(str(row[0]), max(0.0, int(row[1]) / 1000)) for row in conn.execute(query, {"ids": list(run_ids)})]
+
+
+def listen_for_work(
+    database_url: str, application_name: str, on_notify: Callable[[str], None], stopped: threading.Event
+) -> None:
+    """LISTEN on the enqueue channel and hand each payload to `on_notify`, until `stopped`; reconnects after a
+    failure and then reports `""` (anything may have been enqueued meanwhile). One connection, its own."""
+    failing = False
+    while not stopped.is_set():
+        try:
+            with psycopg.connect(
+                libpq_url(database_url), autocommit=True, connect_timeout=10, application_name=application_name
+            ) as conn:
+                conn.execute(f"LISTEN {ENQUEUED_CHANNEL}")
+                if failing:
+                    log.info("listening for enqueued runs again")
+                failing = False
+                on_notify("")
+                while not stopped.is_set():
+                    for notify in conn.notifies(timeout=1.0):
+                        on_notify(notify.payload)
+        except Exception as err:
+            if stopped.is_set():
+                return
+            if not failing:
+                log.warning("cannot listen for enqueued runs (claiming on the safety poll meanwhile): %s", err)
+            failing = True
+            stopped.wait(1.0)
