@@ -36,12 +36,10 @@ from prometheus_client import Counter
 
 from fireflow_worker import metrics
 from fireflow_worker.cancellation import CancelWatcher
+from fireflow_worker.flow_plans import FlowPlan, PlanCache
 from fireflow_worker.flow_store import FlowNotFoundError, ProvisionCache
-from fireflow_worker.flows.graph import dependencies, output_nodes, resolve_params, topological_layers
-from fireflow_worker.flows.model import Flow
-from fireflow_worker.flows.nodetype import retry_policy
-from fireflow_worker.flows.registry import default_registry
-from fireflow_worker.flows.validate import FlowValidationError, load_flow, validate_run_inputs
+from fireflow_worker.flows.graph import resolve_params
+from fireflow_worker.flows.validate import FlowValidationError, validate_run_inputs
 from fireflow_worker.node_step import (
     EVENTS_STREAM,
     NodeCall,
@@ -88,6 +86,7 @@ class EngineSettings:
 
 
 SETTINGS = EngineSettings()
+PLANS = PlanCache()
 _registered = False
 
 
@@ -138,7 +137,8 @@ async def _run(request: Any, run_id: str) -> dict[str, Any]:
     announced = False
     try:
         definition = await _definition(request)
-        flow = await _load(definition)
+        plan = await _load(definition)
+        flow = plan.flow
         if live:
             await _write_event({"event": "run.started", "flow": flow.name, "at_ms": now_ms()})
             announced = True
@@ -147,7 +147,7 @@ async def _run(request: Any, run_id: str) -> dict[str, Any]:
             inputs = validate_run_inputs(flow, request.get("inputs"))
         except FlowValidationError as err:
             raise RunFailedError(f"invalid run inputs: {err.one_line()}") from None
-        result = await _execute(flow, inputs, run_id, live)
+        result = await _execute(plan, inputs, run_id, live)
     except Exception as err:
         failure = err if isinstance(err, RunFailedError) else RunFailedError(f"{type(err).__name__}: {one_line(err)}")
         if live:
@@ -177,12 +177,14 @@ async def _definition(request: Any) -> Any:
     return await DBOS.run_step_async(_PROVISION_STEP, _provision, str(request["flow_ref"]))
 
 
-async def _load(definition: Any) -> Flow:
-    """Parse and validate the flow, once per run (a stored flow may have changed since enqueue)."""
-    big = isinstance(definition, dict) and len(definition.get("nodes") or ()) > THREADED_VALIDATION_NODES
+async def _load(definition: Any) -> FlowPlan:
+    """The flow's plan: parsed and validated at most once per run, and once per distinct flow while cached
+    (a stored flow may have changed since enqueue: what is validated is what runs)."""
+    nodes = definition.get("nodes") if isinstance(definition, dict) else None
+    big = isinstance(nodes, dict | list) and len(nodes) > THREADED_VALIDATION_NODES
     try:
         # A large flow is validated off the event loop, which every run of the worker shares.
-        return await asyncio.to_thread(load_flow, definition) if big else load_flow(definition)
+        return await asyncio.to_thread(PLANS.get, definition) if big else PLANS.get(definition)
     except FlowValidationError as err:
         raise RunFailedError(f"invalid flow: {err.one_line()}") from None
 
@@ -212,11 +214,10 @@ def _provision(flow_ref: str) -> Any:
         raise RunFailedError(str(err)) from None
 
 
-async def _execute(flow: Flow, inputs: dict[str, Any], run_id: str, live: bool) -> dict[str, Any]:
+async def _execute(plan: FlowPlan, inputs: dict[str, Any], run_id: str, live: bool) -> dict[str, Any]:
     limits = SETTINGS.limits
-    order = [node_id for layer in topological_layers(flow) for node_id in layer]
+    flow, order, deps = plan.flow, plan.order, plan.deps
     reservations = {node_id: DBOS.reserve_step() for node_id in order}
-    deps = dependencies(flow)
     loop = asyncio.get_running_loop()
     done: dict[str, asyncio.Future[Any]] = {node_id: loop.create_future() for node_id in order}
     budget = OutputBudget(limits.max_run_output_bytes)
@@ -224,12 +225,12 @@ async def _execute(flow: Flow, inputs: dict[str, Any], run_id: str, live: bool) 
 
     async def run_one(node_id: str) -> None:
         try:
-            outputs = {dep: await done[dep] for dep in sorted(deps[node_id])}
+            outputs = {dep: await done[dep] for dep in deps[node_id]}
         except (RunFailedError, _UpstreamFailedError):
             done[node_id].set_exception(_UpstreamFailedError(node_id))
             return
         spec = flow.nodes[node_id]
-        retry = retry_policy(default_registry().get(spec.type), spec)
+        retry = plan.retries[node_id]
         try:
             params = resolve_params(spec.params, inputs, outputs, limits.max_node_output_bytes)
             call = NodeCall(run_id, node_id, spec.type, params, limits, budget, SETTINGS.is_cancelled, live)
@@ -265,7 +266,7 @@ async def _execute(flow: Flow, inputs: dict[str, Any], run_id: str, live: bool) 
     first_failure = next((err for err in failures if isinstance(err, RunFailedError)), None)
     if first_failure is not None:
         raise first_failure
-    return {node_id: done[node_id].result() for node_id in output_nodes(flow)}
+    return {node_id: done[node_id].result() for node_id in plan.outputs}
 
 
 async def _until_done_or_cancelled(tasks: list[asyncio.Task[None]], run_id: str) -> None:
