@@ -24,8 +24,10 @@ from pydantic import (
 
 from fireflow_worker import __version__
 from fireflow_worker.dburl import POSTGRES_SCHEMES, redact_url, url_problem
+from fireflow_worker.processes import MAX_PROCESSES, child_executor_id, default_processes
 from fireflow_worker.queues import ALL_QUEUES, BACKGROUND, EXECUTIONS, SANDBOX, TERMINAL
 
+MAX_EXECUTOR_ID_CHARS = 253
 LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")
 APP_NAME_PATTERN = re.compile(r"^[a-z0-9_-]{3,256}$")
 
@@ -47,6 +49,10 @@ def _parse_bool(value: Any) -> Any:
             return False
         raise ValueError("must be true or false")
     return value
+
+
+def _auto_is_unset(value: Any) -> Any:
+    return None if isinstance(value, str) and value.strip().lower() == "auto" else value
 
 
 def _upper_log_level(value: Any) -> Any:
@@ -96,7 +102,7 @@ class WorkerConfig(BaseModel):
     queue_concurrency: int = Field(0, alias="DBOS_QUEUE_CONCURRENCY", ge=0, le=1_000_000)
     polling_interval_ms: int = Field(50, alias="DBOS_QUEUE_POLLING_INTERVAL_MS", ge=1, le=600_000)
     pool_size: int = Field(30, alias="DBOS_SYSTEM_DATABASE_POOL_SIZE", ge=2, le=1_000)
-    worker_id: str | None = Field(None, alias="FIREFLOW_WORKER_ID", min_length=1, max_length=253)
+    worker_id: str | None = Field(None, alias="FIREFLOW_WORKER_ID", min_length=1, max_length=MAX_EXECUTOR_ID_CHARS)
     run_migrations: Bool = Field(True, alias="DBOS_RUN_MIGRATIONS")
     drain_timeout_ms: int = Field(25_000, alias="DBOS_SHUTDOWN_DRAIN_TIMEOUT_MS", ge=0, le=3_600_000)
     log_level: Annotated[
@@ -130,6 +136,10 @@ class WorkerConfig(BaseModel):
     # Claim when notified of an enqueue (plus this safety poll) instead of DBOS polling every queue.
     claim_on_notify: Bool = Field(True, alias="FIREFLOW_CLAIM_ON_NOTIFY")
     idle_poll_interval_ms: int = Field(1_000, alias="FIREFLOW_IDLE_POLL_INTERVAL_MS", ge=10, le=600_000)
+    # Worker processes in this pod (see processes.py); unset or "auto" = from the pod's CPU limit.
+    worker_processes: Annotated[int | None, BeforeValidator(_auto_is_unset)] = Field(
+        None, alias="FIREFLOW_WORKER_PROCESSES", ge=1, le=MAX_PROCESSES
+    )
     # SQLAlchemy's ping before every pooled checkout: one more round trip per database transaction.
     pool_pre_ping: Bool = Field(False, alias="FIREFLOW_POOL_PRE_PING")
 
@@ -146,6 +156,12 @@ class WorkerConfig(BaseModel):
                 raise ValueError(f"{shown} must be a postgresql:// URL")
             if problem := url_problem(self.database_url):
                 raise ValueError(f"{shown} {problem}")
+        longest = child_executor_id(self.worker_id, self.processes - 1) or ""
+        if len(longest) > MAX_EXECUTOR_ID_CHARS:
+            raise ValueError(
+                f"FIREFLOW_WORKER_ID is too long for {self.processes} processes: the last one's executor id "
+                f"{longest[:40]!r}... would have {len(longest)} characters, more than {MAX_EXECUTOR_ID_CHARS}"
+            )
         if self.max_run_output_bytes < self.max_node_output_bytes:
             raise ValueError(
                 f"FIREFLOW_MAX_RUN_OUTPUT_BYTES={self.max_run_output_bytes} must be at least "
@@ -159,6 +175,11 @@ class WorkerConfig(BaseModel):
         if self.database_url is not None:
             return self.database_url
         return f"sqlite:///{self.local_sqlite_path}"
+
+    @property
+    def processes(self) -> int:
+        """Worker processes in this pod: the setting, else one per core of the CPU limit."""
+        return self.worker_processes if self.worker_processes is not None else default_processes()
 
     @property
     def executor_id(self) -> str:
@@ -196,6 +217,8 @@ class WorkerConfig(BaseModel):
 
 def _field_hint(field_name: str) -> str:
     """The accepted range of a field, from its constraints."""
+    if field_name == "worker_processes":
+        return f"auto or an integer from 1 to {MAX_PROCESSES}"
     info = WorkerConfig.model_fields[field_name]
     bounds = {type(m).__name__: m for m in info.metadata}
     ge = getattr(bounds.get("Ge"), "ge", None)
