@@ -88,7 +88,7 @@ def test_should_drain_every_process_on_sigterm_and_recover_their_runs_after_the_
         "both runs to start",
     )
     pod.terminate()
-    assert pod.get("/readyz")[0] == 503
+    _wait_for(lambda: pod.get("/readyz")[0] == 503, "the pod to say it drains", timeout=2)
     assert pod.wait_exit(timeout=30) == 0
     assert not any(_alive(pid) for pid in children)
     held = {
