@@ -181,6 +181,8 @@ def main(argv: list[str] | None = None) -> int:  # noqa: PLR0915 - one flat scri
     parser.add_argument("--repeat", type=int, help="interleaved repetitions (default: 3, quick: 1)")
     parser.add_argument("--only", choices=("throughput", "idle", "claims", "fleet"), action="append")
     parser.add_argument("--with-async", action="store_true", help="also raw DBOS-py as an async workflow")
+    parser.add_argument("--nodes", type=int, choices=(1, 3), action="append", help="flows to drain (default: both)")
+    parser.add_argument("--pods", type=int, choices=(1, 2), action="append", help="pods per drain (default: both)")
     parser.add_argument("--keep-logs", action="store_true", help="keep the worker logs (kept anyway on failure)")
     args = parser.parse_args(argv)
     plan = QUICK if args.quick else FULL
@@ -189,6 +191,8 @@ def main(argv: list[str] | None = None) -> int:  # noqa: PLR0915 - one flat scri
         runs=max(1, args.runs or plan.runs),
         repeat=max(1, args.repeat or plan.repeat),
         with_async=args.with_async,
+        nodes=tuple(args.nodes or plan.nodes),
+        pods=tuple(args.pods or plan.pods),
     )
     parts = set(args.only or ("throughput", "idle", "claims", "fleet"))
     node = _check_ts()

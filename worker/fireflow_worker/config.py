@@ -135,7 +135,7 @@ class WorkerConfig(BaseModel):
     )
     # Claim when notified of an enqueue (plus this safety poll) instead of DBOS polling every queue.
     claim_on_notify: Bool = Field(True, alias="FIREFLOW_CLAIM_ON_NOTIFY")
-    idle_poll_interval_ms: int = Field(1_000, alias="FIREFLOW_IDLE_POLL_INTERVAL_MS", ge=10, le=600_000)
+    idle_poll_interval_ms: int = Field(5_000, alias="FIREFLOW_IDLE_POLL_INTERVAL_MS", ge=10, le=600_000)
     # Worker processes in this pod (see processes.py); unset or "auto" = from the pod's CPU limit.
     worker_processes: Annotated[int | None, BeforeValidator(_auto_is_unset)] = Field(
         None, alias="FIREFLOW_WORKER_PROCESSES", ge=1, le=MAX_PROCESSES

@@ -10,8 +10,10 @@ with DBOS's own claim (`start_queued_workflows`) and dispatch (`execute_dequeued
   enqueue that commits while this process listens wakes it within a few milliseconds);
 - a run of the queue ended here and the last claim had filled every free slot (there may be more queued);
 - the queue's row changed (`ff_enqueued` again: concurrency, polling interval - the row is reloaded);
+- with a global cap (DBOS_QUEUE_CONCURRENCY), a run ended anywhere (`ff_workflow_terminal`) while the last
+  claim stopped at the cap;
 - the listening connection came back after an outage (notifications sent meanwhile are lost);
-- and, as a safety net, every `safety_poll_seconds` (a delayed run, a freed global slot, anything missed).
+- and, as a safety net, every `safety_poll_seconds` (a run enqueued with a delay, anything missed).
 
 Claims of one queue are still spaced at least the queue's polling interval apart, as DBOS spaces its polls,
 so a burst of enqueues costs what polling would and never more. One thread per queue claims, exactly as
@@ -138,7 +140,7 @@ class Dispatcher:
         dbos: Any,
         queue_names: list[str],
         safety_poll_seconds: float,
-        listen: Callable[[Callable[[str], None], threading.Event], None] | None,
+        listen: Callable[[Callable[[str, str], None], threading.Event], None] | None,
     ) -> None:
         self.stopped = threading.Event()
         self.claimers = {name: QueueClaimer(dbos, name, safety_poll_seconds, self.stopped) for name in queue_names}
@@ -165,14 +167,18 @@ class Dispatcher:
         for claimer in self.claimers.values():
             claimer.wake(reload)
 
-    def _on_notify(self, payload: str) -> None:
+    def _on_notify(self, channel: str, payload: str) -> None:
+        if channel == worker_db.TERMINAL_CHANNEL:  # a slot may have been freed under a global cap
+            for each in self.claimers.values():
+                each.run_ended()
+            return
         kind, _, name = payload.partition(":")
         if name == "":  # the listener reconnected: anything may have happened meanwhile
             self.wake_all(reload=True)
             return
-        claimer = self.claimers.get(name)
-        if claimer is not None:
-            claimer.wake(reload=kind == worker_db.QUEUE_CHANGED)
+        named = self.claimers.get(name)
+        if named is not None:
+            named.wake(reload=kind == worker_db.QUEUE_CHANGED)
 
     def problem(self) -> str | None:
         """What is broken, for the watchdog: a claimer or the listener that stopped."""

@@ -260,8 +260,10 @@ def _start_dispatcher(dbos: DBOS, config: WorkerConfig) -> Dispatcher | None:
         return None
     database_url, name = config.database_url, connection_application_name(config.executor_id)
 
-    def listen(on_notify: Callable[[str], None], stopped: threading.Event) -> None:
-        worker_db.listen_for_work(database_url, name, on_notify, stopped)
+    capped = config.global_concurrency is not None
+
+    def listen(on_notify: Callable[[str, str], None], stopped: threading.Event) -> None:
+        worker_db.listen_for_work(database_url, name, on_notify, stopped, run_ends=capped)
 
     dispatcher = Dispatcher(dbos, config.queues, config.idle_poll_interval_ms / 1000, listen)
     engine.SETTINGS.on_run_ended = dispatcher.run_ended

@@ -25,6 +25,8 @@ log = logging.getLogger("fireflow.worker")
 # ("queue:<queue>"); see schema.py.
 ENQUEUED_CHANNEL = "ff_enqueued"
 RUN_ENQUEUED = "run"
+# Where the run-end trigger announces every run's end (schema.py): with a global cap, a slot freed anywhere.
+TERMINAL_CHANNEL = "ff_workflow_terminal"
 QUEUE_CHANGED = "queue"
 
 
@@ -92,10 +94,16 @@ def claim_latencies(engine: sa.Engine, run_ids: Sequence[str]) -> list[tuple[str
 
 
 def listen_for_work(
-    database_url: str, application_name: str, on_notify: Callable[[str], None], stopped: threading.Event
+    database_url: str,
+    application_name: str,
+    on_notify: Callable[[str, str], None],
+    stopped: threading.Event,
+    *,
+    run_ends: bool = False,
 ) -> None:
-    """LISTEN on the enqueue channel and hand each payload to `on_notify`, until `stopped`; reconnects after a
-    failure and then reports `""` (anything may have been enqueued meanwhile). One connection, its own."""
+    """LISTEN on the enqueue channel (and, with `run_ends`, on the run-end channel) and hand each notification
+    to `on_notify(channel, payload)`, until `stopped`; reconnects after a failure and then reports
+    `(ENQUEUED_CHANNEL, "")` (anything may have been enqueued meanwhile). One connection, its own."""
     failing = False
     while not stopped.is_set():
         try:
@@ -103,13 +111,15 @@ def listen_for_work(
                 libpq_url(database_url), autocommit=True, connect_timeout=10, application_name=application_name
             ) as conn:
                 conn.execute(f"LISTEN {ENQUEUED_CHANNEL}")
+                if run_ends:
+                    conn.execute(f"LISTEN {TERMINAL_CHANNEL}")
                 if failing:
                     log.info("listening for enqueued runs again")
                 failing = False
-                on_notify("")
+                on_notify(ENQUEUED_CHANNEL, "")
                 while not stopped.is_set():
                     for notify in conn.notifies(timeout=1.0):
-                        on_notify(notify.payload)
+                        on_notify(notify.channel, notify.payload)
         except Exception as err:
             if stopped.is_set():
                 return
