@@ -84,6 +84,28 @@ def test_should_never_run_more_than_its_worker_concurrency(
     assert most == 2  # every freed slot refilled, never a third run at once
 
 
+def test_should_fill_a_freed_slot_with_a_run_another_enqueuer_sent_without_naming_its_queue(
+    migrated_url: str, start_worker: StartWorker
+) -> None:
+    from dbos import DBOSClient  # noqa: PLC0415
+    from fireflow_worker.engine import WORKFLOW_NAME  # noqa: PLC0415
+
+    start_worker(DBOS_WORKER_CONCURRENCY="1", **SLOW_SAFETY_POLL)
+    raw = DBOSClient(system_database_url=migrated_url)
+    try:
+        # The API's request carries no "queue": a run's end must still refill its queue's only slot.
+        handles: list[Any] = [
+            raw.enqueue(
+                {"queue_name": "fireflow-executions", "workflow_name": WORKFLOW_NAME}, {"flow": flows.sleep_flow(0.2)}
+            )
+            for _ in range(4)
+        ]
+        for handle in handles:
+            handle.get_result(polling_interval_sec=0.1)
+    finally:
+        raw.destroy()
+
+
 def test_should_share_a_global_cap_between_workers_and_fill_freed_slots(
     client: FireflowClient, start_worker: StartWorker, migrated_url: str
 ) -> None:

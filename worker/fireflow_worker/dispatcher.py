@@ -37,6 +37,8 @@ log = logging.getLogger("fireflow.worker")
 
 # How long the listener waits before reconnecting after its connection failed.
 RECONNECT_SECONDS = 1.0
+# How often a worker with every slot taken checks (in memory) whether one was freed.
+LOCAL_RECHECK_SECONDS = 0.01
 # How often the safety poll also reloads the queue's row (changes are otherwise notified).
 RELOAD_EVERY_SAFETY_POLLS = 10
 
@@ -54,8 +56,10 @@ class QueueClaimer(threading.Thread):
         self._wake = threading.Event()
         self._reload = True
         self._queue: Any = None
-        # The last claim took every free slot (or met the global cap): a run ending here may make room.
-        self._full = False
+        # Every slot of this worker is taken: a run ending here makes room (checked locally, no database).
+        self._local_full = False
+        # The last claim met a global limit (the queue's cap): a run ending anywhere may make room.
+        self._capped = False
         self.claims = 0
 
     def wake(self, reload: bool = False) -> None:
@@ -64,23 +68,27 @@ class QueueClaimer(threading.Thread):
         self._wake.set()
 
     def run_ended(self) -> None:
-        if self._full:
+        if self._local_full or self._capped:
             self._wake.set()
 
     def run(self) -> None:
         last_claim = 0.0
         safety_polls = 0
         while not self._stopped.is_set():
-            woken = self._wake.wait(self._safety)
+            # While full, the room is re-checked often: DBOS counts a run as active a moment after its end.
+            woken = self._wake.wait(LOCAL_RECHECK_SECONDS if self._local_full else self._safety)
             self._wake.clear()
             if self._stopped.is_set():
                 return
-            if not woken:
+            if not woken and not self._local_full:
                 safety_polls += 1
                 if safety_polls % RELOAD_EVERY_SAFETY_POLLS == 0:
                     self._reload = True
             try:
                 self._load_queue()
+                if self._room() == 0:
+                    self._local_full = True
+                    continue
                 # Space claims at least one polling interval apart, as DBOS spaces its polls.
                 wait = last_claim + self._queue._polling_interval_sec - time.monotonic()
                 if wait > 0 and self._stopped.wait(wait):
@@ -93,6 +101,14 @@ class QueueClaimer(threading.Thread):
                     log.warning("cannot claim runs of %s, retrying: %s", self.queue_name, _one_line(err))
                     self._reload = True
                     self._stopped.wait(RECONNECT_SECONDS)
+
+    def _room(self) -> int | None:
+        """Free slots of this worker on the queue (None: no per-worker limit)."""
+        limit = self._queue._worker_concurrency
+        if limit is None:
+            return None
+        running: int = self._dbos._active_workflows_set.count_for_queue(self.queue_name)
+        return max(0, int(limit) - running)
 
     def _load_queue(self) -> None:
         if self._reload or self._queue is None:
@@ -109,16 +125,14 @@ class QueueClaimer(threading.Thread):
 
         queue = self._queue
         running = self._dbos._active_workflows_set.count_for_queue(queue.name)
-        budget = None if queue._worker_concurrency is None else max(0, queue._worker_concurrency - running)
-        if budget == 0:
-            self._full = True
-            return
+        budget = self._room()
         owner_xid = generate_uuid()
         claimed, stop_reason = self._dbos._sys_db.start_queued_workflows(
             queue, GlobalParams.executor_id, GlobalParams.app_version, None, running, owner_xid=owner_xid
         )
         self.claims += 1
-        self._full = (budget is not None and len(claimed) >= budget) or stop_reason is not None
+        self._local_full = budget is not None and len(claimed) >= budget
+        self._capped = stop_reason is not None
         if not claimed:
             return
         found = {status["workflow_uuid"]: status for status in self._dbos._sys_db.get_workflow_statuses(claimed)}
@@ -159,9 +173,11 @@ class Dispatcher:
         return self
 
     def run_ended(self, queue_name: str) -> None:
+        """A run ended here. Its request names its queue when our client enqueued it; when it does not, any
+        claimer that stopped at its limit may have room now."""
         claimer = self.claimers.get(queue_name)
-        if claimer is not None:
-            claimer.run_ended()
+        for each in [claimer] if claimer is not None else self.claimers.values():
+            each.run_ended()
 
     def wake_all(self, reload: bool = False) -> None:
         for claimer in self.claimers.values():

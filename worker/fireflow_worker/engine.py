@@ -34,7 +34,7 @@ from dbos import DBOS, StepOptions
 from dbos import error as dbos_error
 from prometheus_client import Counter
 
-from fireflow_worker import metrics
+from fireflow_worker import metrics, queues
 from fireflow_worker.cancellation import CancelWatcher
 from fireflow_worker.flow_plans import FlowPlan, PlanCache
 from fireflow_worker.flow_store import FlowNotFoundError, ProvisionCache
@@ -102,8 +102,10 @@ def register_workflow(max_recovery_attempts: int) -> None:
 async def run_flow(request: dict[str, Any]) -> dict[str, Any]:
     """Execute one FireFlow run. `request` is `{"flow": {...}} | {"flow_ref": name}` plus `"inputs"`."""
     run_id = DBOS.workflow_id or ""
-    queue = str(request.get("queue", "none")) if isinstance(request, dict) else "none"
-    metrics.RUNS_STARTED.labels(queue).inc()
+    # The metrics' queue label: one of the four (an enqueuer's request may say anything; labels must stay few).
+    said = request.get("queue", "none") if isinstance(request, dict) else "none"
+    queue = said if said in queues.ALL_QUEUES else "none"
+    metrics.run_counter(metrics.RUNS_STARTED, queue).inc()
     metrics.ACTIVE_RUNS.inc()
     SETTINGS.active_runs.add(run_id)
     SETTINGS.claimed.append(run_id)
@@ -122,7 +124,7 @@ async def run_flow(request: dict[str, Any]) -> dict[str, Any]:
         raise
     finally:
         if ended is not None:
-            ended.labels(queue).inc()
+            metrics.run_counter(ended, queue).inc()
         metrics.RUN_DURATION.observe(time.monotonic() - started)
         metrics.ACTIVE_RUNS.dec()
         SETTINGS.active_runs.discard(run_id)

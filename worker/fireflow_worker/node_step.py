@@ -100,7 +100,7 @@ def run_node_step(call: NodeCall) -> dict[str, Any]:
     except BaseException as err:  # user code: everything it raises is this node's failure
         failure = err if isinstance(err, NodeError) else NodeError(f"{type(err).__name__}: {one_line(err)}")
         elapsed = time.monotonic() - started
-        metrics.NODE_DURATION.labels(call.node_type, "failed").observe(elapsed)
+        metrics.node_duration(call.node_type, "failed").observe(elapsed)
         if call.live:
             _write_event(
                 {
@@ -114,7 +114,7 @@ def run_node_step(call: NodeCall) -> dict[str, Any]:
             )
         raise NodeError(one_line(failure.message), retryable=failure.retryable) from None
     elapsed = time.monotonic() - started
-    metrics.NODE_DURATION.labels(call.node_type, "succeeded").observe(elapsed)
+    metrics.node_duration(call.node_type, "succeeded").observe(elapsed)
     wake_at_ms = now_ms() + int(deferred_sleep.seconds * 1000) if deferred_sleep.seconds else None
     if call.live and not node_type.durable:
         # A durable node's `node.finished` is written by the workflow once its sleep is over.
