@@ -16,6 +16,27 @@ from benchmarks.procs import migrate
 from benchmarks.workload import Kind
 
 TERMINAL = ("SUCCESS", "ERROR", "CANCELLED", "MAX_RECOVERY_ATTEMPTS_EXCEEDED")
+# The run-end announcement every FireFlow deployment has (the seed's TS worker and API install it; so does
+# `fireflow-worker migrate`): on the raw DBOS-py and DBOS-TS databases too, so that every kind pays for the
+# notification it sends (PostgreSQL wakes every listening backend of the database for each one).
+RUN_END_TRIGGER = (
+    """
+    CREATE OR REPLACE FUNCTION public.bench_notify_terminal() RETURNS trigger LANGUAGE plpgsql AS $$
+    BEGIN
+        IF NEW.status IN ('SUCCESS', 'ERROR', 'CANCELLED', 'MAX_RECOVERY_ATTEMPTS_EXCEEDED')
+           AND NEW.status IS DISTINCT FROM OLD.status THEN
+            PERFORM pg_notify('ff_workflow_terminal',
+                json_build_object('workflow_id', NEW.workflow_uuid, 'status', NEW.status)::text);
+        END IF;
+        RETURN NEW;
+    END
+    $$
+    """,
+    """
+    CREATE OR REPLACE TRIGGER bench_workflow_terminal AFTER UPDATE OF status ON dbos.workflow_status
+        FOR EACH ROW EXECUTE FUNCTION public.bench_notify_terminal()
+    """,
+)
 
 
 class BenchmarkError(RuntimeError):
@@ -37,7 +58,12 @@ class Databases:
             admin.execute("CREATE EXTENSION IF NOT EXISTS pg_stat_statements")
         for kind in {_schema_of(kind) for kind in kinds}:
             name = f"bench_template_{kind}"
-            migrate(kind, self.server.create_database(name))
+            url = self.server.create_database(name)
+            migrate(kind, url)
+            if kind != "fireflow":  # FireFlow's migration installs it with the rest of its objects
+                with psycopg.connect(url, autocommit=True) as conn:
+                    for statement in RUN_END_TRIGGER:
+                        conn.execute(statement)
             self._templates[kind] = name
 
     def fresh(self, label: str, kind: Kind) -> str:

@@ -205,11 +205,6 @@ class WorkerConfig(BaseModel):
         return self.claim_on_notify and self.database_url is not None
 
     @property
-    def dbos_pool_size(self) -> int:
-        """DBOS's share of DBOS_SYSTEM_DATABASE_POOL_SIZE: the claim listener's connection is one of them."""
-        return max(1, self.pool_size - 1) if self.listens_for_work else self.pool_size
-
-    @property
     def global_concurrency(self) -> int | None:
         # DBOS raises on 0; the seed's 0 means "no cap".
         return self.queue_concurrency or None

@@ -6,36 +6,41 @@ idle worker serving the four queues at 50 ms costs ~450 statements/s, and every 
 worker therefore tells DBOS to poll none of its queues (`DBOS.listen_queues([])`) and claims them itself,
 with DBOS's own claim (`start_queued_workflows`) and dispatch (`execute_dequeued_workflow`), when:
 
-- a run is enqueued or re-enqueued on the queue (a trigger notifies `ff_enqueued` with the queue's name; an
-  enqueue that commits while this process listens wakes it within a few milliseconds);
+- a run is enqueued or re-enqueued on the queue (a trigger notifies `ff-enqueued::<queue>`; an enqueue that
+  commits wakes the worker within a few milliseconds);
 - a run of the queue ended here and the last claim had filled every free slot (there may be more queued);
 - the queue's row changed (`ff_enqueued` again: concurrency, polling interval - the row is reloaded);
-- with a global cap (DBOS_QUEUE_CONCURRENCY), a run ended anywhere (`ff_workflow_terminal`) while the last
-  claim stopped at the cap;
-- the listening connection came back after an outage (notifications sent meanwhile are lost);
-- and, as a safety net, every `safety_poll_seconds` (a run enqueued with a delay, anything missed).
+- with a global cap (DBOS_QUEUE_CONCURRENCY), a run ended anywhere (`ff-run-ended`) while the last claim
+  stopped at the cap;
+- and, as a safety net, every `safety_poll_seconds`: a run enqueued with a delay, and what was enqueued while
+  the database was away (notifications sent then are lost; DBOS's listener reconnects by itself).
+
+The notifications travel on DBOS's own channel and reach the claimers through DBOS's LISTEN connection (its
+map of waiters, keyed by payload): no connection of the worker's own, and no second listening backend for
+PostgreSQL to wake on every notification.
 
 Claims of one queue are still spaced at least the queue's polling interval apart, as DBOS spaces its polls,
 so a burst of enqueues costs what polling would and never more. One thread per queue claims, exactly as
-DBOS's queue thread would (never two at once, so the worker concurrency holds); one thread listens.
+DBOS's queue thread would (never two at once, so the worker concurrency holds).
 
 The claim and dispatch are private functions of the pinned DBOS version (3.4.0); re-check them when it
-moves. Without LISTEN (local mode on SQLite) the queues are simply polled at their interval.
+moves. Without LISTEN (local mode on SQLite) DBOS polls the queues itself, at their interval.
 """
 
 from __future__ import annotations
 
+import functools
 import logging
 import threading
 import time
 from collections.abc import Callable
 from typing import Any
 
-from fireflow_worker import worker_db
+from fireflow_worker.schema import ENQUEUED_PREFIX, QUEUE_CHANGED_PREFIX, RUN_ENDED
 
 log = logging.getLogger("fireflow.worker")
 
-# How long the listener waits before reconnecting after its connection failed.
+# How long a claimer waits after a failed claim (the database away) before it tries again.
 RECONNECT_SECONDS = 1.0
 # How often a worker with every slot taken checks (in memory) whether one was freed.
 LOCAL_RECHECK_SECONDS = 0.01
@@ -147,30 +152,35 @@ class QueueClaimer(threading.Thread):
 
 
 class Dispatcher:
-    """The claimers of the served queues and the listener that wakes them."""
+    """The claimers of the served queues, woken through DBOS's own LISTEN connection."""
 
-    def __init__(
-        self,
-        dbos: Any,
-        queue_names: list[str],
-        safety_poll_seconds: float,
-        listen: Callable[[Callable[[str, str], None], threading.Event], None] | None,
-    ) -> None:
+    def __init__(self, dbos: Any, queue_names: list[str], safety_poll_seconds: float) -> None:
         self.stopped = threading.Event()
+        self._dbos = dbos
         self.claimers = {name: QueueClaimer(dbos, name, safety_poll_seconds, self.stopped) for name in queue_names}
-        self._listen = listen
-        self._listener: threading.Thread | None = None
+        self._signals: list[tuple[str, Any]] = []
 
     def start(self) -> Dispatcher:
-        for claimer in self.claimers.values():
+        for name, claimer in self.claimers.items():
+            self._listen(ENQUEUED_PREFIX + name, claimer.wake)
+            self._listen(QUEUE_CHANGED_PREFIX + name, functools.partial(claimer.wake, reload=True))
             claimer.start()
             claimer.wake()  # claim what is already queued (runs recovered at launch among them)
-        if self._listen is not None:
-            self._listener = threading.Thread(
-                target=self._listen, args=(self._on_notify, self.stopped), name="claim-listener", daemon=True
-            )
-            self._listener.start()
+        self._listen(RUN_ENDED, self._any_run_ended)
         return self
+
+    def stop(self) -> None:
+        self.stopped.set()
+        for key, signal in self._signals:
+            self._dbos._sys_db.notifications_map.pop(key, signal)
+        for claimer in self.claimers.values():
+            claimer.wake()  # out of its wait, to see `stopped`
+
+    def _listen(self, key: str, callback: Callable[[], None]) -> None:
+        """Have DBOS's listener call `callback` when a notification with this payload arrives."""
+        signal = _Signal(callback)
+        self._dbos._sys_db.notifications_map.add(key, signal, (key, "", None))
+        self._signals.append((key, signal))
 
     def run_ended(self, queue_name: str) -> None:
         """A run ended here. Its request names its queue when our client enqueued it; when it does not, any
@@ -179,33 +189,36 @@ class Dispatcher:
         for each in [claimer] if claimer is not None else self.claimers.values():
             each.run_ended()
 
-    def wake_all(self, reload: bool = False) -> None:
+    def _any_run_ended(self) -> None:
+        """A run ended somewhere: under a global cap, a slot may have been freed."""
         for claimer in self.claimers.values():
-            claimer.wake(reload)
-
-    def _on_notify(self, channel: str, payload: str) -> None:
-        if channel == worker_db.TERMINAL_CHANNEL:  # a slot may have been freed under a global cap
-            for each in self.claimers.values():
-                each.run_ended()
-            return
-        kind, _, name = payload.partition(":")
-        if name == "":  # the listener reconnected: anything may have happened meanwhile
-            self.wake_all(reload=True)
-            return
-        named = self.claimers.get(name)
-        if named is not None:
-            named.wake(reload=kind == worker_db.QUEUE_CHANGED)
+            claimer.run_ended()
 
     def problem(self) -> str | None:
-        """What is broken, for the watchdog: a claimer or the listener that stopped."""
+        """What is broken, for the watchdog: a claimer that stopped."""
         if self.stopped.is_set():
             return None
         dead = [name for name, claimer in self.claimers.items() if not claimer.is_alive()]
         if dead:
             return f"the claim thread of {dead[0]} stopped: no run of it would be claimed"
-        if self._listener is not None and not self._listener.is_alive():
-            return "the claim listener stopped: runs would wait for the safety poll"
         return None
+
+
+def _signal_base() -> type:
+    from dbos._utils import LoopAwareEvent  # noqa: PLC0415 - private, pinned version
+
+    return LoopAwareEvent
+
+
+class _Signal(_signal_base()):  # type: ignore[misc]
+    """What DBOS's listener sets when our payload arrives: here, a call, never an event anyone waits on."""
+
+    def __init__(self, callback: Callable[[], None]) -> None:
+        super().__init__()
+        self._callback = callback
+
+    def set(self) -> None:
+        self._callback()
 
 
 def _one_line(err: BaseException) -> str:

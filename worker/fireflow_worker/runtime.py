@@ -19,7 +19,6 @@ import signal
 import sys
 import threading
 import time
-from collections.abc import Callable
 from types import FrameType
 
 import sqlalchemy as sa
@@ -56,7 +55,7 @@ def dbos_config(config: WorkerConfig) -> DBOSConfig:
     return {
         "name": config.application_name,
         "system_database_url": config.system_database_url,
-        "sys_db_pool_size": config.dbos_pool_size,
+        "sys_db_pool_size": config.pool_size,
         "application_version": config.application_version,
         "executor_id": config.executor_id,
         "run_migrations": config.run_migrations,
@@ -162,7 +161,7 @@ def run_worker(config: WorkerConfig) -> int:
     while not stop.wait(SIGNAL_CHECK_SECONDS):
         pass
     if dispatcher is not None:
-        dispatcher.stopped.set()  # claim nothing more
+        dispatcher.stop()  # claim nothing more
     watchdog.stopped.set()
     sampler.stopped.set()
     if engine.SETTINGS.cancel_watcher is not None:
@@ -256,16 +255,9 @@ def _launch(config: WorkerConfig) -> DBOS:
 
 def _start_dispatcher(dbos: DBOS, config: WorkerConfig) -> Dispatcher | None:
     """The claimers of the served queues, woken by the enqueue notifications (see dispatcher.py)."""
-    if not config.listens_for_work or config.database_url is None:
+    if not config.listens_for_work:
         return None
-    database_url, name = config.database_url, connection_application_name(config.executor_id)
-
-    capped = config.global_concurrency is not None
-
-    def listen(on_notify: Callable[[str, str], None], stopped: threading.Event) -> None:
-        worker_db.listen_for_work(database_url, name, on_notify, stopped, run_ends=capped)
-
-    dispatcher = Dispatcher(dbos, config.queues, config.idle_poll_interval_ms / 1000, listen)
+    dispatcher = Dispatcher(dbos, config.queues, config.idle_poll_interval_ms / 1000)
     engine.SETTINGS.on_run_ended = dispatcher.run_ended
     return dispatcher.start()
 

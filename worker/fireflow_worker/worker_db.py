@@ -8,9 +8,7 @@ attribute of the pinned version (`DBOS._sys_db.engine`).
 
 from __future__ import annotations
 
-import logging
-import threading
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from typing import Any
 
 import psycopg
@@ -18,16 +16,6 @@ import sqlalchemy as sa
 
 from fireflow_worker.dburl import libpq_url
 from fireflow_worker.flow_store import FlowNotFoundError
-
-log = logging.getLogger("fireflow.worker")
-
-# The channel the project's triggers notify when a run is enqueued ("run:<queue>") or a queue's row changes
-# ("queue:<queue>"); see schema.py.
-ENQUEUED_CHANNEL = "ff_enqueued"
-RUN_ENQUEUED = "run"
-# Where the run-end trigger announces every run's end (schema.py): with a global cap, a slot freed anywhere.
-TERMINAL_CHANNEL = "ff_workflow_terminal"
-QUEUE_CHANGED = "queue"
 
 
 def _workflow_status_table(engine: sa.Engine) -> str:
@@ -91,39 +79,3 @@ def claim_latencies(engine: sa.Engine, run_ids: Sequence[str]) -> list[tuple[str
     ).bindparams(sa.bindparam("ids", expanding=True))
     with engine.connect() as conn:
         return [(str(row[0]), max(0.0, int(row[1]) / 1000)) for row in conn.execute(query, {"ids": list(run_ids)})]
-
-
-def listen_for_work(
-    database_url: str,
-    application_name: str,
-    on_notify: Callable[[str, str], None],
-    stopped: threading.Event,
-    *,
-    run_ends: bool = False,
-) -> None:
-    """LISTEN on the enqueue channel (and, with `run_ends`, on the run-end channel) and hand each notification
-    to `on_notify(channel, payload)`, until `stopped`; reconnects after a failure and then reports
-    `(ENQUEUED_CHANNEL, "")` (anything may have been enqueued meanwhile). One connection, its own."""
-    failing = False
-    while not stopped.is_set():
-        try:
-            with psycopg.connect(
-                libpq_url(database_url), autocommit=True, connect_timeout=10, application_name=application_name
-            ) as conn:
-                conn.execute(f"LISTEN {ENQUEUED_CHANNEL}")
-                if run_ends:
-                    conn.execute(f"LISTEN {TERMINAL_CHANNEL}")
-                if failing:
-                    log.info("listening for enqueued runs again")
-                failing = False
-                on_notify(ENQUEUED_CHANNEL, "")
-                while not stopped.is_set():
-                    for notify in conn.notifies(timeout=1.0):
-                        on_notify(notify.channel, notify.payload)
-        except Exception as err:
-            if stopped.is_set():
-                return
-            if not failing:
-                log.warning("cannot listen for enqueued runs (claiming on the safety poll meanwhile): %s", err)
-            failing = True
-            stopped.wait(1.0)
