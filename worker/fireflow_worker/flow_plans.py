@@ -34,6 +34,8 @@ class FlowPlan:
     deps: dict[str, tuple[str, ...]]  # each node's dependencies, sorted
     retries: dict[str, RetryPolicy]
     outputs: tuple[str, ...]
+    # Each node depends on the one before it: no two nodes could ever run at once.
+    is_chain: bool
 
 
 def build_plan(definition: Any) -> FlowPlan:
@@ -41,12 +43,14 @@ def build_plan(definition: Any) -> FlowPlan:
     flow = load_flow(definition)
     registry = default_registry()
     deps = dependencies(flow)
+    layers = topological_layers(flow)
     return FlowPlan(
         flow=flow,
-        order=tuple(node_id for layer in topological_layers(flow) for node_id in layer),
+        order=tuple(node_id for layer in layers for node_id in layer),
         deps={node_id: tuple(sorted(found)) for node_id, found in deps.items()},
         retries={node_id: retry_policy(registry.get(spec.type), spec) for node_id, spec in flow.nodes.items()},
         outputs=tuple(output_nodes(flow)),
+        is_chain=all(len(layer) == 1 for layer in layers),
     )
 
 
