@@ -11,6 +11,7 @@ from typing import Any
 
 import psycopg
 from fireflow_worker.local_postgres import LocalPostgres
+from fireflow_worker.schema import ENQUEUED_PREFIX, WAKE_CHANNEL
 
 from benchmarks.procs import migrate
 from benchmarks.workload import Kind
@@ -150,7 +151,7 @@ class RunWatcher:
             self._conn.execute(
                 "UPDATE dbos.workflow_status SET application_version = %s WHERE status = 'ENQUEUED'", (version,)
             )
-            self._conn.execute("SELECT pg_notify('ff_enqueued', %s)", (f"run:{queue}",))
+            self._conn.execute("SELECT pg_notify(%s, %s)", (WAKE_CHANNEL, ENQUEUED_PREFIX + queue))
             row = self._conn.execute("SELECT (extract(epoch FROM clock_timestamp()) * 1000)::bigint").fetchone()
         assert row is not None
         return int(row[0])

@@ -138,7 +138,7 @@ def test_should_finish_every_run_and_listen_again_after_a_database_outage(own_se
         with FireflowClient(url) as client:
             before = [client.enqueue(flows.sleep_flow(2)) for _ in range(3)]
             _wait_for(lambda: all(client.status(r).status == "PENDING" for r in before), "the runs to start")
-        own_server.halt()  # mid-run: DBOS blocks and retries; the claim listener loses its connection
+        own_server.halt()  # mid-run: DBOS blocks and retries; its listener loses its connection
         time.sleep(3)
         own_server.start()
         with FireflowClient(url) as client:

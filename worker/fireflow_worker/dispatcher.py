@@ -9,7 +9,7 @@ with DBOS's own claim (`start_queued_workflows`) and dispatch (`execute_dequeued
 - a run is enqueued or re-enqueued on the queue (a trigger notifies `ff-enqueued::<queue>`; an enqueue that
   commits wakes the worker within a few milliseconds);
 - a run of the queue ended here and the last claim had filled every free slot (there may be more queued);
-- the queue's row changed (`ff_enqueued` again: concurrency, polling interval - the row is reloaded);
+- the queue's row changed (`ff-queue::<queue>`: concurrency, polling interval - the row is reloaded);
 - with a global cap (DBOS_QUEUE_CONCURRENCY), a run ended anywhere (`ff-run-ended`) while the last claim
   stopped at the cap;
 - and, as a safety net, every `safety_poll_seconds`: a run enqueued with a delay, and what was enqueued while
