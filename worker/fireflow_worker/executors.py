@@ -93,7 +93,7 @@ def execute_chain(plan: FlowPlan, inputs: dict[str, Any], run_id: str, live: boo
             except Exception as err:
                 raise _node_failure(node_id, err) from None
             budget.record(node_id, int(result.get("bytes", 0)))
-            if result["wake_at_ms"]:
+            if result.get("wake_at_ms"):
                 if cancelled.wait(max(0.0, (result["wake_at_ms"] - now_ms()) / 1000)):
                     raise _cancelled(run_id)
                 if live:
@@ -131,7 +131,7 @@ async def execute_graph(plan: FlowPlan, inputs: dict[str, Any], run_id: str, liv
             done[node_id].set_exception(_node_failure(node_id, err))
             return
         budget.record(node_id, int(result.get("bytes", 0)))
-        if result["wake_at_ms"]:
+        if result.get("wake_at_ms"):
             await asyncio.sleep(max(0.0, (result["wake_at_ms"] - now_ms()) / 1000))
             if live:
                 duration_ms = now_ms() - result.get("started_at_ms", now_ms())

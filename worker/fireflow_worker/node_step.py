@@ -71,7 +71,8 @@ class _DeferredSleep:
 
 
 def run_node_step(call: NodeCall) -> dict[str, Any]:
-    """One attempt of a node: `{"output", "bytes", "wake_at_ms"}`, or a NodeError."""
+    """One attempt of a node: `{"output", "bytes"[, "attempt"][, "wake_at_ms", "started_at_ms"]}`, or a
+    NodeError."""
     status = DBOS.step_status
     attempt = 1 + (status.current_attempt or 0) if status is not None else 1
     if attempt > 1 and call.is_cancelled(call.run_id, True):
@@ -119,13 +120,15 @@ def run_node_step(call: NodeCall) -> dict[str, Any]:
     if call.live and not node_type.durable:
         # A durable node's `node.finished` is written by the workflow once its sleep is over.
         _write_event(node_finished_event(call.node_id, attempt, elapsed * 1000))
-    return {
-        "output": output,
-        "bytes": size,
-        "wake_at_ms": wake_at_ms,
-        "attempt": attempt,
-        "started_at_ms": now_ms() - int(elapsed * 1000),
-    }
+    # What the step records beside the output: its size (the run's budget, also on replay), the attempt
+    # that succeeded when not the first, and a durable node's wake-up time and start.
+    recorded: dict[str, Any] = {"output": output, "bytes": size}
+    if attempt > 1:
+        recorded["attempt"] = attempt
+    if wake_at_ms is not None:
+        recorded["wake_at_ms"] = wake_at_ms
+        recorded["started_at_ms"] = now_ms() - int(elapsed * 1000)
+    return recorded
 
 
 def _write_event(event: dict[str, Any]) -> None:
