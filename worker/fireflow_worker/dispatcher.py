@@ -79,13 +79,16 @@ class QueueClaimer(threading.Thread):
     def run(self) -> None:
         last_claim = 0.0
         safety_polls = 0
+        next_safety = time.monotonic() + self._safety
         while not self._stopped.is_set():
             # While full, the room is re-checked often: DBOS counts a run as active a moment after its end.
-            woken = self._wake.wait(LOCAL_RECHECK_SECONDS if self._local_full else self._safety)
+            timeout = LOCAL_RECHECK_SECONDS if self._local_full else max(0.0, next_safety - time.monotonic())
+            self._wake.wait(timeout)
             self._wake.clear()
             if self._stopped.is_set():
                 return
-            if not woken and not self._local_full:
+            if time.monotonic() >= next_safety:  # the safety poll, busy or not; every tenth reloads the row
+                next_safety = time.monotonic() + self._safety
                 safety_polls += 1
                 if safety_polls % RELOAD_EVERY_SAFETY_POLLS == 0:
                     self._reload = True
