@@ -29,7 +29,7 @@ NOTES = (
     "- Idle load: ready workers, nothing queued; `pg_stat_statements` calls and `pg_stat_database.xact_commit`"
     ' deltas of their database over the window. "seed defaults": the TS worker polls fireflow-executions at'
     " DBOS_QUEUE_POLLING_INTERVAL_MS and the other queues at the SDK's default (1 s), as the seed configures"
-    " it; FireFlow at its own defaults (claims on enqueue notifications, a safety poll every 1 s).",
+    " it; FireFlow at its own defaults (claims on enqueue notifications, a safety poll every 5 s).",
     "- Claim latency: `started_at_epoch_ms - created_at` (database clock), runs enqueued one at a time at random"
     " phases of the polling cycle.",
     "- Every measurement on a fresh database; every worker a subprocess with its own executor id. PostgreSQL"
@@ -171,7 +171,7 @@ def idle_table(results: Results) -> list[str]:
         "| idle, one worker | worker | statements/s | commits/s | RSS MiB | statements ÷ TS | commits ÷ TS |",
         "|---|---|---:|---:|---:|---:|---:|",
     ]
-    singles = [i for i in results.idle if i.workers == 1]
+    singles = [i for i in results.idle if i.workers == 1 and i.variant != "fleet"]
     for queues, polling in sorted({(i.queues, i.polling_ms) for i in singles}):
         here = [i for i in singles if (i.queues, i.polling_ms) == (queues, polling)]
         ts = [i for i in here if i.kind == "ts" and i.variant in ("", "seed defaults")]
