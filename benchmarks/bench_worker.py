@@ -10,8 +10,8 @@ interleaved (every configuration once per round, the kinds in a rotating order) 
 every side alike:
 
 1. drain throughput of a 1-node and a 3-node flow (1 and 3 steps for the others), with 1 and 2 workers (pods),
-   FireFlow pods of 1 and N processes (N = FIREFLOW_WORKER_PROCESSES's default here); statements, commits and
-   worker CPU per run, RSS;
+   FireFlow pods of 1 and N processes (N = `--processes`, by default the machine's CPUs); statements, commits
+   and worker CPU per run, RSS;
 2. the idle load of one worker: 1 queue at 50 and 200 ms, the 4 queues at 50 ms;
 3. claim latency p50/p99 (enqueue to claim) on an idle worker at 50 ms;
 4. the fleet view: 1, 4 and 16 idle workers serving the 4 queues at their defaults, the database's
@@ -36,7 +36,6 @@ from pathlib import Path
 
 from fireflow_worker import queues as ff_queues
 from fireflow_worker.local_postgres import LocalPostgres
-from fireflow_worker.processes import default_processes
 
 from benchmarks import measure, report
 from benchmarks.database import Databases
@@ -183,6 +182,9 @@ def main(argv: list[str] | None = None) -> int:  # noqa: PLR0915 - one flat scri
     parser.add_argument("--with-async", action="store_true", help="also raw DBOS-py as an async workflow")
     parser.add_argument("--nodes", type=int, choices=(1, 3), action="append", help="flows to drain (default: both)")
     parser.add_argument("--pods", type=int, choices=(1, 2), action="append", help="pods per drain (default: both)")
+    parser.add_argument(
+        "--processes", type=int, help="N, FireFlow's processes per pod besides 1 (default: this machine's CPUs)"
+    )
     parser.add_argument("--keep-logs", action="store_true", help="keep the worker logs (kept anyway on failure)")
     args = parser.parse_args(argv)
     plan = QUICK if args.quick else FULL
@@ -196,7 +198,7 @@ def main(argv: list[str] | None = None) -> int:  # noqa: PLR0915 - one flat scri
     )
     parts = set(args.only or ("throughput", "idle", "claims", "fleet"))
     node = _check_ts()
-    processes = default_processes()
+    processes = max(1, args.processes or len(os.sched_getaffinity(0)))
     log_dir = Path(tempfile.mkdtemp(prefix="fireflow-bench-"))
     started = time.monotonic()
     server, origin = _server()
@@ -221,7 +223,7 @@ def main(argv: list[str] | None = None) -> int:  # noqa: PLR0915 - one flat scri
         if "fleet" in parts:
             _fleet(plan, bench, results)
         machine.append(("load average 1/5/15 min, at end", report.load_average()))
-        machine.append(("FireFlow processes per pod (N)", f"{processes} (FIREFLOW_WORKER_PROCESSES's default here)"))
+        machine.append(("FireFlow processes per pod (N)", f"{processes} (FIREFLOW_WORKER_PROCESSES; the CPUs here)"))
         ok = True
     finally:
         server.stop()

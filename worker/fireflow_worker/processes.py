@@ -14,12 +14,8 @@ connections at most.
 from __future__ import annotations
 
 import math
-import os
 from pathlib import Path
 
-# Without a CPU limit the default follows the CPUs the process may run on, up to this many: a node's 64
-# cores would otherwise mean 64 processes, and 64 x (pool + 1) connections, for one pod.
-MAX_DEFAULT_PROCESSES = 8
 MAX_PROCESSES = 64
 CHILD_SUFFIX = "-p"
 
@@ -55,16 +51,16 @@ def _read(path: str) -> str | None:
 
 
 def default_processes() -> int:
-    """One process per core of the pod's CPU limit (rounded up); without one, per usable CPU, at most 8."""
+    """One process per core of the pod's CPU limit (rounded up); one without a limit.
+
+    Not the node's CPU count: the operator budgets pods x processes x (pool + 1) connections before it knows
+    which node a pod lands on, so without a limit the count must not depend on the node (a 64-core node
+    would otherwise mean 64 processes and 64 x 31 connections for one pod)."""
     limit = cgroup_cpu_limit(
         _read("/sys/fs/cgroup/cpu.max"),
         _read("/sys/fs/cgroup/cpu/cpu.cfs_quota_us") or _read("/sys/fs/cgroup/cpu,cpuacct/cpu.cfs_quota_us"),
         _read("/sys/fs/cgroup/cpu/cpu.cfs_period_us") or _read("/sys/fs/cgroup/cpu,cpuacct/cpu.cfs_period_us"),
     )
-    if limit is not None:
-        return max(1, min(MAX_PROCESSES, math.ceil(limit - 1e-9)))
-    try:
-        usable = len(os.sched_getaffinity(0))
-    except AttributeError:  # pragma: no cover - not Linux
-        usable = os.cpu_count() or 1
-    return max(1, min(MAX_DEFAULT_PROCESSES, usable))
+    if limit is None:
+        return 1
+    return max(1, min(MAX_PROCESSES, math.ceil(limit - 1e-9)))
