@@ -44,6 +44,8 @@ log = logging.getLogger("fireflow.worker")
 RECONNECT_SECONDS = 1.0
 # How often a worker with every slot taken checks (in memory) whether one was freed.
 LOCAL_RECHECK_SECONDS = 0.01
+# How long a dispatched run that never started (DBOS refused it) still counts against the worker's slots.
+STARTING_FORGOTTEN_SECONDS = 30.0
 # How often the safety poll also reloads the queue's row (changes are otherwise notified).
 RELOAD_EVERY_SAFETY_POLLS = 10
 
@@ -65,7 +67,15 @@ class QueueClaimer(threading.Thread):
         self._local_full = False
         # The last claim met a global limit (the queue's cap): a run ending anywhere may make room.
         self._capped = False
+        # Runs handed to DBOS that have not started yet: DBOS counts a run as active only once its thread
+        # runs, so without these a claim right after another could take the same free slots twice.
+        self._starting: dict[str, float] = {}
+        self._starting_lock = threading.Lock()
         self.claims = 0
+
+    def run_started(self, run_id: str) -> None:
+        with self._starting_lock:
+            self._starting.pop(run_id, None)
 
     def wake(self, reload: bool = False) -> None:
         if reload:
@@ -116,7 +126,15 @@ class QueueClaimer(threading.Thread):
         if limit is None:
             return None
         running: int = self._dbos._active_workflows_set.count_for_queue(self.queue_name)
-        return max(0, int(limit) - running)
+        return max(0, int(limit) - running - self._not_started())
+
+    def _not_started(self) -> int:
+        """Runs dispatched but not started (one that never starts - DBOS refused it - is forgotten in a while)."""
+        expired = time.monotonic() - STARTING_FORGOTTEN_SECONDS
+        with self._starting_lock:
+            for run_id in [run_id for run_id, since in self._starting.items() if since < expired]:
+                del self._starting[run_id]
+            return len(self._starting)
 
     def _load_queue(self) -> None:
         if self._reload or self._queue is None:
@@ -132,8 +150,8 @@ class QueueClaimer(threading.Thread):
         from dbos._utils import GlobalParams, generate_uuid  # noqa: PLC0415
 
         queue = self._queue
-        running = self._dbos._active_workflows_set.count_for_queue(queue.name)
         budget = self._room()
+        running = self._dbos._active_workflows_set.count_for_queue(queue.name) + self._not_started()
         owner_xid = generate_uuid()
         claimed, stop_reason = self._dbos._sys_db.start_queued_workflows(
             queue, GlobalParams.executor_id, GlobalParams.app_version, None, running, owner_xid=owner_xid
@@ -144,6 +162,9 @@ class QueueClaimer(threading.Thread):
         if not claimed:
             return
         found = {status["workflow_uuid"]: status for status in self._dbos._sys_db.get_workflow_statuses(claimed)}
+        now = time.monotonic()
+        with self._starting_lock:
+            self._starting.update(dict.fromkeys(claimed, now))
         for run_id in claimed:
             try:
                 status = found.get(run_id) or self._dbos._sys_db.get_workflow_status(run_id)
@@ -151,6 +172,7 @@ class QueueClaimer(threading.Thread):
                     raise RuntimeError("its status row is gone")
                 execute_dequeued_workflow(self._dbos, status, owner_xid)
             except Exception as err:
+                self.run_started(run_id)  # it never will
                 log.error("cannot start run %s: %s", run_id, _one_line(err))
 
 
@@ -191,6 +213,11 @@ class Dispatcher:
         claimer = self.claimers.get(queue_name)
         for each in [claimer] if claimer is not None else self.claimers.values():
             each.run_ended()
+
+    def run_started(self, run_id: str) -> None:
+        """A run started here (DBOS counts it as active from now on)."""
+        for claimer in self.claimers.values():
+            claimer.run_started(run_id)
 
     def _any_run_ended(self) -> None:
         """A run ended somewhere: under a global cap, a slot may have been freed."""

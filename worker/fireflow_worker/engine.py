@@ -65,6 +65,8 @@ def run_flow(request: dict[str, Any]) -> dict[str, Any]:
     metrics.ACTIVE_RUNS.inc()
     SETTINGS.active_runs.add(run_id)
     SETTINGS.claimed.append(run_id)
+    if SETTINGS.on_run_started is not None:
+        SETTINGS.on_run_started(run_id)
     started = time.monotonic()
     ended: Counter | None = metrics.RUNS_FAILED
     try:

@@ -26,7 +26,8 @@ class EngineSettings:
     interrupted_runs: set[str] = field(default_factory=set)
     # Runs started since the sampler last read their claim latency (appended and swapped whole: thread-safe).
     claimed: list[str] = field(default_factory=list)
-    # Told the queue of every run that ends here, so its claimer can fill the freed slot.
+    # Told every run that starts here, and the queue of every run that ends here (the claimers' slot count).
+    on_run_started: Callable[[str], None] | None = None
     on_run_ended: Callable[[str], None] | None = None
 
     def is_cancelled(self, run_id: str, ask_now: bool = False) -> bool:

@@ -258,6 +258,7 @@ def _start_dispatcher(dbos: DBOS, config: WorkerConfig) -> Dispatcher | None:
     if not config.listens_for_work:
         return None
     dispatcher = Dispatcher(dbos, config.queues, config.idle_poll_interval_ms / 1000)
+    engine.SETTINGS.on_run_started = dispatcher.run_started
     engine.SETTINGS.on_run_ended = dispatcher.run_ended
     return dispatcher.start()
 
