@@ -51,6 +51,12 @@ def test_should_derive_the_events_of_a_run_that_wrote_none(
     events = list(client.events(run_id))  # followed live, from the enqueue on
     assert client.result(run_id)["greet"] == "Hi Ada"
     assert _streamed(migrated_url, run_id) == 0  # nothing was written for them
+    # The flow travelled with the run: no provision step, one step per node and nothing else.
+    with psycopg.connect(migrated_url, autocommit=True) as conn:
+        steps = conn.execute(
+            "SELECT function_name FROM dbos.operation_outputs WHERE workflow_uuid = %s ORDER BY function_id", (run_id,)
+        ).fetchall()
+    assert [row[0] for row in steps] == ["node:greet", "node:flaky", "node:nap"]
     assert [(e["event"], e.get("node")) for e in events] == [
         ("run.started", None),
         ("node.started", "greet"),
