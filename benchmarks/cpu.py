@@ -20,19 +20,33 @@ def _stat(pid: int) -> tuple[int, float] | None:
     return int(fields[1]), (int(fields[11]) + int(fields[12])) / _TICKS
 
 
-def tree_cpu_seconds(roots: Iterable[int]) -> float:
-    """User + system CPU seconds so far of the live processes in the trees rooted at `roots`."""
+def _all_stats() -> dict[int, tuple[int, float]]:
     stats: dict[int, tuple[int, float]] = {}
     for entry in Path("/proc").iterdir():
         if entry.name.isdigit() and (stat := _stat(int(entry.name))) is not None:
             stats[int(entry.name)] = stat
+    return stats
+
+
+def _members(roots: Iterable[int], stats: dict[int, tuple[int, float]]) -> set[int]:
     members = {pid for pid in roots if pid in stats}
     grew = True
     while grew:
         children = {pid for pid, (ppid, _) in stats.items() if ppid in members and pid not in members}
         members |= children
         grew = bool(children)
-    return sum(stats[pid][1] for pid in members)
+    return members
+
+
+def tree_pids(roots: Iterable[int]) -> set[int]:
+    """The live processes in the trees rooted at `roots`."""
+    return _members(roots, _all_stats())
+
+
+def tree_cpu_seconds(roots: Iterable[int]) -> float:
+    """User + system CPU seconds so far of the live processes in the trees rooted at `roots`."""
+    stats = _all_stats()
+    return sum(stats[pid][1] for pid in _members(roots, stats))
 
 
 def postmaster_pid(data_dir: Path) -> int:

@@ -11,11 +11,33 @@ from typing import Any
 
 import psycopg
 from fireflow_worker.local_postgres import LocalPostgres
+from fireflow_worker.schema import ENQUEUED_PREFIX, WAKE_CHANNEL
 
 from benchmarks.procs import migrate
-from benchmarks.workload import KINDS, Kind
+from benchmarks.workload import Kind
 
 TERMINAL = ("SUCCESS", "ERROR", "CANCELLED", "MAX_RECOVERY_ATTEMPTS_EXCEEDED")
+# The run-end announcement every FireFlow deployment has (the seed's TS worker and API install it; so does
+# `fireflow-worker migrate`): on the raw DBOS-py and DBOS-TS databases too, so that every kind pays for the
+# notification it sends (PostgreSQL wakes every listening backend of the database for each one).
+RUN_END_TRIGGER = (
+    """
+    CREATE OR REPLACE FUNCTION public.bench_notify_terminal() RETURNS trigger LANGUAGE plpgsql AS $$
+    BEGIN
+        IF NEW.status IN ('SUCCESS', 'ERROR', 'CANCELLED', 'MAX_RECOVERY_ATTEMPTS_EXCEEDED')
+           AND NEW.status IS DISTINCT FROM OLD.status THEN
+            PERFORM pg_notify('ff_workflow_terminal',
+                json_build_object('workflow_id', NEW.workflow_uuid, 'status', NEW.status)::text);
+        END IF;
+        RETURN NEW;
+    END
+    $$
+    """,
+    """
+    CREATE OR REPLACE TRIGGER bench_workflow_terminal AFTER UPDATE OF status ON dbos.workflow_status
+        FOR EACH ROW EXECUTE FUNCTION public.bench_notify_terminal()
+    """,
+)
 
 
 class BenchmarkError(RuntimeError):
@@ -28,27 +50,47 @@ class Databases:
 
     def __init__(self, server: LocalPostgres) -> None:
         self.server = server
-        self._templates: dict[Kind, str] = {}
+        self._templates: dict[str, str] = {}
+        self._made: list[str] = []
 
-    def prepare(self) -> None:
+    def prepare(self, kinds: tuple[Kind, ...]) -> None:
         with self.admin() as admin:
             # The view is created where the benchmark reads it (`postgres`); it reports every database.
             admin.execute("CREATE EXTENSION IF NOT EXISTS pg_stat_statements")
-        for kind in KINDS:
+        for kind in {_schema_of(kind) for kind in kinds}:
             name = f"bench_template_{kind}"
-            migrate(kind, self.server.create_database(name))
+            url = self.server.create_database(name)
+            migrate(kind, url)
+            if kind != "fireflow":  # FireFlow's migration installs it with the rest of its objects
+                with psycopg.connect(url, autocommit=True) as conn:
+                    for statement in RUN_END_TRIGGER:
+                        conn.execute(statement)
             self._templates[kind] = name
 
     def fresh(self, label: str, kind: Kind) -> str:
-        """A new database migrated the way `kind` is deployed; returns its URL."""
-        name = f"bench_{label}_{uuid.uuid4().hex[:8]}"
+        """A new database migrated the way `kind` is deployed; returns its URL. The previous measurements'
+        databases are dropped first (a fleet of them would otherwise fill the disk and the catalogue)."""
+        self.drop_made()
+        name = f"bench_{label.replace('-', '_')}_{uuid.uuid4().hex[:8]}"
         with self.admin() as admin:
-            admin.execute(f'CREATE DATABASE "{name}" TEMPLATE "{self._templates[kind]}"')
+            admin.execute(f'CREATE DATABASE "{name}" TEMPLATE "{self._templates[_schema_of(kind)]}"')
+        self._made.append(name)
         return self.server.url(name)
+
+    def drop_made(self) -> None:
+        with self.admin() as admin:
+            for name in self._made:
+                admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+        self._made.clear()
 
     def admin(self) -> psycopg.Connection[Any]:
         """A session in the `postgres` database: what it runs is not counted against a measured database."""
         return psycopg.connect(self.server.url(), autocommit=True)
+
+
+def _schema_of(kind: Kind) -> Kind:
+    """Raw DBOS-py, sync or async, runs on plain `dbos migrate`'s schema."""
+    return "raw" if kind == "raw-async" else kind
 
 
 @dataclass(frozen=True)
@@ -100,17 +142,18 @@ class RunWatcher:
         self.queries += 1
         return self._conn.execute(query).fetchall()
 
-    def set_worker_concurrency(self, queue: str, worker_concurrency: int) -> int:
-        """Change a queue's per-worker limit in its `dbos.queues` row, which every worker reloads before each
-        poll (0 holds the queue: no worker claims from it); returns the database clock (ms) after the change."""
+    def release(self, version: str, queue: str) -> int:
+        """Hand every held run to the workers in one transaction: their version becomes the workers', and the
+        enqueue notification any enqueue would send goes out (FireFlow's claimers wake on it; the others poll).
+        Returns the database clock (ms) of the release."""
         self.queries += 1
-        row = self._conn.execute(
-            "UPDATE dbos.queues SET worker_concurrency = %s WHERE name = %s"
-            " RETURNING (extract(epoch FROM clock_timestamp()) * 1000)::bigint",
-            (worker_concurrency, queue),
-        ).fetchone()
-        if row is None:
-            raise BenchmarkError(f"queue {queue} is not registered")
+        with self._conn.transaction():
+            self._conn.execute(
+                "UPDATE dbos.workflow_status SET application_version = %s WHERE status = 'ENQUEUED'", (version,)
+            )
+            self._conn.execute("SELECT pg_notify(%s, %s)", (WAKE_CHANNEL, ENQUEUED_PREFIX + queue))
+            row = self._conn.execute("SELECT (extract(epoch FROM clock_timestamp()) * 1000)::bigint").fetchone()
+        assert row is not None
         return int(row[0])
 
     def statuses(self) -> dict[str, int]:

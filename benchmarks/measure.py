@@ -1,31 +1,24 @@
-"""The three measurements, each on a fresh database of the one benchmark server.
+"""The measurements, each on a fresh database of the one benchmark server.
 
 Timestamps are the ones DBOS keeps in `dbos.workflow_status`, in ms since the epoch: `created_at` (the
-enqueue) and `started_at_epoch_ms` (the claim, surfaced as `dequeued_at`) are PostgreSQL's `now()`, i.e.
-the start of the inserting or claiming transaction; `completed_at` is the worker's clock. Everything runs
-on one host, so they share one clock.
+enqueue) and `started_at_epoch_ms` (the claim) are PostgreSQL's clock, `completed_at` the worker's. Everything
+runs on one host, so they share one clock.
 
-- **Throughput**: the workers are started, ready and polling; the queue is held (its `dbos.queues` row's
-  `worker_concurrency` set to 0: DBOS reloads that row before every poll, and a worker with no room claims
-  nothing); N runs are enqueued up front, back to back, by one client (FireflowClient, or a DBOSClient for
-  the baseline); then the queue is released (`worker_concurrency` back to 50) in one UPDATE. Throughput =
-  N / (last `completed_at` - the release, database clock). So the client's enqueue cost, which would
-  otherwise compete with the workers for the CPU and could even be the bottleneck, stays out of the
-  window; it is reported separately. Every run must end in SUCCESS, none may start before the release,
-  and the first and last runs' results are checked. Over the same window: CPU of the worker processes
-  and of PostgreSQL, and the statements and commits the database served (the workers' alone; not the
-  benchmark's own status polls). Commits are read once the workers have stopped (a backend publishes its
-  commit count about once a second, and at exit), so they also hold a second or two of idle polling and
-  the shutdown after the last run: per run, a slight overestimate.
-- **Idle load**: one ready worker, nothing enqueued. `pg_stat_statements_reset()`, then over a window the
-  delta of `sum(calls)` of `pg_stat_statements` for the database (statements/s) and of
-  `pg_stat_database.xact_commit` for it (commits/s). The benchmark's own queries run in the `postgres`
-  database, so they are not counted. Backends publish their commit counts about once a second, so the
-  commits of a window are exact only to about a second's worth at each end.
-- **Claim latency**: one ready worker; runs enqueued one at a time, each after the previous one finished
-  plus a random 20-120 ms pause (so enqueues fall at random phases of the polling cycle); latency =
-  `dequeued_at - created_at`. A claim transaction that began just before the enqueue committed and still
-  saw the row gives a latency of a few ms below zero.
+- **Throughput**: N runs are enqueued held (application version `held`, which no worker claims) before the
+  workers start; once they are ready and polling, one transaction releases them (their version becomes the
+  workers', plus the enqueue notification any enqueue sends). Throughput = N / (last `completed_at` - the
+  release). The enqueue cost stays out of the window (reported apart). Every run must end in SUCCESS, none may
+  start before the release, the first and last runs' results are checked. Over the same window: CPU of the
+  worker processes (every process of a pod) and of PostgreSQL, the statements (`pg_stat_statements`) and
+  commits (`pg_stat_database.xact_commit`, read once the workers stopped: a backend publishes its count about
+  once a second and at exit, so they include a second or two of idle polling and the shutdown: per run, a
+  slight overestimate for every kind), and the workers' resident memory at the end.
+- **Idle load**: ready workers, nothing enqueued; over a window, the statements/s and commits/s of their
+  database. The benchmark's own queries run in the `postgres` database and are not counted.
+- **Claim latency**: one ready worker; runs enqueued one at a time, each after the previous one finished plus a
+  random 20-120 ms pause (enqueues fall at random phases of the polling cycle); latency = `started_at_epoch_ms
+  - created_at`. A claim transaction that began just before the enqueue committed and still saw the row
+  gives a latency of a few ms below zero.
 """
 
 from __future__ import annotations
@@ -37,15 +30,12 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from fireflow_worker import queues as ff_queues
-
 from benchmarks.cpu import postmaster_pid, tree_cpu_seconds
 from benchmarks.database import BenchmarkError, Counters, Databases, RunWatcher
 from benchmarks.procs import running_workers
-from benchmarks.workload import QUEUE, WORKER_CONCURRENCY, Kind, enqueuer, expected_result
+from benchmarks.workload import QUEUE, Kind, decode_output, enqueuer, expected_result
 
-# After the queue is held: long enough for every worker to have reloaded the queue's row (one poll).
-HOLD_SETTLE_SECONDS = 0.5
+APP_VERSION = "1.0.0"  # every kind's workers run this version (procs.py)
 
 
 @dataclass(frozen=True)
@@ -57,28 +47,37 @@ class Bench:
 @dataclass(frozen=True)
 class Throughput:
     kind: Kind
-    workers: int
+    nodes: int
+    pods: int
+    processes: int  # per pod
     runs: int
     seconds: float
     enqueue_seconds: float
     per_worker: dict[str, int]
-    # From the release to the last run seen done: CPU of the worker processes and of PostgreSQL.
     worker_cpu_seconds: float
     server_cpu_seconds: float
     load: Counters
+    rss_mib: float
 
     @property
     def runs_per_second(self) -> float:
         return self.runs / self.seconds
 
+    @property
+    def cpu_ms_per_run(self) -> float:
+        return 1000 * self.worker_cpu_seconds / self.runs
+
 
 @dataclass(frozen=True)
 class IdleLoad:
     kind: Kind
+    variant: str  # what else was set, e.g. "seed defaults"
     polling_ms: int
     queues: int
+    workers: int
     seconds: float
     load: Counters
+    rss_mib: float
 
     @property
     def statements_per_second(self) -> float:
@@ -106,49 +105,59 @@ class ClaimLatency:
         return statistics.fmean(self.latencies_ms)
 
 
-def throughput(bench: Bench, kind: Kind, workers: int, runs: int) -> Throughput:
-    url = bench.databases.fresh(f"tp{workers}_{kind}", kind)
+def throughput(bench: Bench, kind: Kind, nodes: int, pods: int, processes: int, runs: int) -> Throughput:
+    url = bench.databases.fresh(f"tp{nodes}n{pods}x{processes}_{kind}", kind)
     server_pid = postmaster_pid(bench.databases.server.data_dir)
+    client = enqueuer(kind, url, nodes)
+    try:
+        started = time.monotonic()
+        ids = [client.enqueue(f"user-{index}", held=True) for index in range(runs)]
+        enqueue_seconds = time.monotonic() - started
+    finally:
+        client.close()
     with bench.databases.admin() as admin:
         with (
-            running_workers(kind, url, bench.log_dir, count=workers, queues=[QUEUE]) as procs,
+            running_workers(kind, url, bench.log_dir, count=pods, queues=[QUEUE], processes=processes) as procs,
             RunWatcher(url) as watcher,
         ):
-            watcher.set_worker_concurrency(QUEUE, 0)
-            time.sleep(HOLD_SETTLE_SECONDS)
-            client = enqueuer(kind, url)
-            try:
-                started = time.monotonic()
-                ids = [client.enqueue(f"user-{index}") for index in range(runs)]
-                enqueue_seconds = time.monotonic() - started
-                admin.execute("SELECT pg_stat_statements_reset()")
-                before = Counters.read(admin, url)
-                queries_before = watcher.queries
-                worker_pids = [worker.pid for worker in procs]
-                worker_cpu, server_cpu = tree_cpu_seconds(worker_pids), tree_cpu_seconds([server_pid])
-                released_ms = watcher.set_worker_concurrency(QUEUE, WORKER_CONCURRENCY)
-                watcher.wait_all_succeeded(runs, timeout=max(120.0, runs / 2), interval=0.1)
-                worker_cpu = tree_cpu_seconds(worker_pids) - worker_cpu
-                server_cpu = tree_cpu_seconds([server_pid]) - server_cpu
-                statements = Counters.read(admin, url).statements - before.statements
-                for index in (0, runs - 1):  # the flow and the baseline compute the same thing
-                    got = client.result(ids[index])
-                    if got != expected_result(f"user-{index}"):
-                        raise BenchmarkError(f"{kind} run {ids[index]} returned {got!r}")
-            finally:
-                client.close()
+            admin.execute("SELECT pg_stat_statements_reset()")
+            before = Counters.read(admin, url)
+            queries_before = watcher.queries
+            worker_pids = [worker.pid for worker in procs]
+            worker_cpu, server_cpu = tree_cpu_seconds(worker_pids), tree_cpu_seconds([server_pid])
+            released_ms = watcher.release(APP_VERSION, QUEUE)
+            watcher.wait_all_succeeded(runs, timeout=max(180.0, runs / 2), interval=0.1)
+            worker_cpu = tree_cpu_seconds(worker_pids) - worker_cpu
+            server_cpu = tree_cpu_seconds([server_pid]) - server_cpu
+            statements = Counters.read(admin, url).statements - before.statements
+            rss = sum(worker.rss_mib() for worker in procs)
+            for index in (0, runs - 1):  # every kind computes the same thing
+                # DBOS-py 3.4 keeps outputs in a table of their own; DBOS-TS in the status row.
+                output_of = "s.output" if kind == "ts" else "o.output"
+                joined = "" if kind == "ts" else "LEFT JOIN dbos.workflow_output o USING (workflow_uuid)"
+                ((status, output, serialization),) = watcher.rows(
+                    f"SELECT s.status, {output_of}, s.serialization FROM dbos.workflow_status s {joined} "
+                    f"WHERE s.workflow_uuid = '{ids[index]}'"
+                )
+                got = decode_output(output, serialization)
+                if got != expected_result(nodes, f"user-{index}"):
+                    raise BenchmarkError(f"{kind} run {ids[index]} ({status}, {serialization}) returned {got!r}")
             ((first_started, last_completed),) = watcher.rows(
-                "SELECT min(started_at_epoch_ms), max(completed_at) FROM dbos.workflow_status"
+                "SELECT min(started_at_epoch_ms), max(coalesce(completed_at, updated_at)) FROM dbos.workflow_status"
             )
             per_worker = watcher.rows("SELECT executor_id, count(*) FROM dbos.workflow_status GROUP BY 1 ORDER BY 1")
             own_commits = watcher.queries - queries_before
         # The workers and the watcher have disconnected: every backend has flushed its commit count.
         commits = Counters.read(admin, url).commits - before.commits - own_commits
-    if int(first_started) < released_ms - 5:  # 5 ms: the claim stamps its transaction's start
+    # A claim stamps its transaction's start, which may precede the release it then sees (on a busy machine by
+    # tens of ms); a held run cannot be claimed before the release commits (its version is no worker's).
+    if int(first_started) < released_ms - 250:
         raise BenchmarkError(f"{kind}: a run started {released_ms - int(first_started)} ms before the release")
     return Throughput(
         kind=kind,
-        workers=workers,
+        nodes=nodes,
+        pods=pods,
+        processes=processes,
         runs=runs,
         seconds=(int(last_completed) - released_ms) / 1000,
         enqueue_seconds=enqueue_seconds,
@@ -156,25 +165,47 @@ def throughput(bench: Bench, kind: Kind, workers: int, runs: int) -> Throughput:
         worker_cpu_seconds=worker_cpu,
         server_cpu_seconds=server_cpu,
         load=Counters(statements, commits),
+        rss_mib=rss,
     )
 
 
-def idle_load(bench: Bench, kind: Kind, polling_ms: int, queue_count: int, window: float) -> IdleLoad:
-    served = [QUEUE] if queue_count == 1 else list(ff_queues.ALL_QUEUES)
-    url = bench.databases.fresh(f"idle{polling_ms}_{queue_count}q_{kind}", kind)
+def idle_load(
+    bench: Bench,
+    kind: Kind,
+    served: list[str],
+    window: float,
+    *,
+    polling_ms: int = 50,
+    workers: int = 1,
+    variant: str = "",
+    extra_env: dict[str, str] | None = None,
+) -> IdleLoad:
+    url = bench.databases.fresh(f"idle{polling_ms}_{len(served)}q{workers}w_{kind}", kind)
     with (
-        running_workers(kind, url, bench.log_dir, polling_ms=polling_ms, queues=served),
+        running_workers(
+            kind, url, bench.log_dir, count=workers, polling_ms=polling_ms, queues=served, extra_env=extra_env
+        ) as procs,
         bench.databases.admin() as admin,
     ):
-        # Let the connection pool and the statistics of the start-up settle before the window opens.
-        time.sleep(1.0)
+        # Let the connection pools and the statistics of the start-up settle before the window opens.
+        time.sleep(2.0)
         admin.execute("SELECT pg_stat_statements_reset()")
         before = Counters.read(admin, url)
         started = time.monotonic()
         time.sleep(window)
         load = Counters.read(admin, url) - before
         seconds = time.monotonic() - started
-    return IdleLoad(kind=kind, polling_ms=polling_ms, queues=queue_count, seconds=seconds, load=load)
+        rss = sum(worker.rss_mib() for worker in procs) / workers
+    return IdleLoad(
+        kind=kind,
+        variant=variant,
+        polling_ms=polling_ms,
+        queues=len(served),
+        workers=workers,
+        seconds=seconds,
+        load=load,
+        rss_mib=rss,
+    )
 
 
 def claim_latency(bench: Bench, kind: Kind, runs: int, polling_ms: int = 50) -> ClaimLatency:
@@ -184,7 +215,7 @@ def claim_latency(bench: Bench, kind: Kind, runs: int, polling_ms: int = 50) -> 
         running_workers(kind, url, bench.log_dir, polling_ms=polling_ms, queues=[QUEUE]),
         RunWatcher(url) as watcher,
     ):
-        client = enqueuer(kind, url)
+        client = enqueuer(kind, url, 1)
         try:
             for index in range(runs):
                 client.enqueue(f"user-{index}")

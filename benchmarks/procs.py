@@ -1,5 +1,6 @@
-"""Worker subprocesses for the benchmark: real `fireflow-worker` processes and the raw DBOS baseline, each
-started the same way (own executor id, migrations off, logs to a file), and the migration run before them.
+"""Worker subprocesses for the benchmark, each started the same way (own executor id, migrations off, logs to
+a file): `fireflow-worker` (a pod: one process, or a supervisor and N), the raw DBOS-py baseline, the DBOS-TS
+worker; and the migration each kind's deployment runs before them.
 """
 
 from __future__ import annotations
@@ -17,10 +18,12 @@ from pathlib import Path
 from fireflow_worker.dburl import redact_url
 from fireflow_worker.local_postgres import free_port
 
-from benchmarks.workload import APPLICATION_NAME, WORKER_CONCURRENCY, Kind
+from benchmarks.cpu import tree_pids
+from benchmarks.workload import APPLICATION_NAME, TS_DIR, WORKER_CONCURRENCY, Kind
 
 BIN = Path(sys.executable).parent
 REPO_ROOT = Path(__file__).resolve().parents[1]
+TS_CLI = TS_DIR / "node_modules" / "@dbos-inc" / "dbos-sdk" / "dist" / "src" / "cli" / "cli.js"
 # Seconds to wait after a worker reports ready: DBOS's queue manager starts a queue's polling thread up to
 # one second after the queue is registered.
 QUEUE_THREAD_SETTLE_SECONDS = 1.5
@@ -31,14 +34,16 @@ class WorkerError(RuntimeError):
 
 
 def migrate(kind: Kind, database_url: str) -> None:
-    """The project's `fireflow-worker migrate` (DBOS schema + run-end trigger) or, for the baseline, plain
-    `dbos migrate` (the DBOS schema only: the trigger is part of what the engine adds)."""
+    """`fireflow-worker migrate` (DBOS schema + the project's triggers), plain `dbos migrate` for raw DBOS-py,
+    the TS SDK's `dbos schema` for DBOS-TS."""
+    env = dict(os.environ)
     if kind == "fireflow":
         args = [str(BIN / "fireflow-worker"), "migrate"]
-        env = {**os.environ, "DATABASE_URL_EXECUTIONS": database_url, "FIREFLOW_TERMINATION_LOG": os.devnull}
+        env |= {"DATABASE_URL_EXECUTIONS": database_url, "FIREFLOW_TERMINATION_LOG": os.devnull}
+    elif kind == "ts":
+        args = ["node", str(TS_CLI), "schema", database_url]
     else:
         args = [str(BIN / "dbos"), "migrate", "-s", database_url]
-        env = dict(os.environ)
     done = subprocess.run(args, env=env, capture_output=True, text=True, check=False)
     if done.returncode != 0:
         output = redact_url(f"{done.stdout[-2000:]} {done.stderr[-2000:]}")
@@ -46,7 +51,7 @@ def migrate(kind: Kind, database_url: str) -> None:
 
 
 class Worker:
-    """One worker subprocess of either kind."""
+    """One worker of any kind: for `fireflow`, one pod of `processes` processes."""
 
     def __init__(
         self,
@@ -57,10 +62,11 @@ class Worker:
         *,
         polling_ms: int,
         queues: list[str],
+        processes: int = 1,
+        extra_env: dict[str, str] | None = None,
     ) -> None:
         self.kind = kind
         self.worker_id = worker_id
-        # One log per measurement: named after the measurement's database.
         stem = f"{database_url.rsplit('/', 1)[1]}-{worker_id}"
         self.log_path = log_dir / f"{stem}.log"
         self._ready_file = log_dir / f"{stem}.ready"
@@ -77,12 +83,15 @@ class Worker:
             "DBOS_QUEUE_CONCURRENCY": "0",
             "DBOS_SYSTEM_DATABASE_POOL_SIZE": "30",
             "DBOS_LOG_LEVEL": "info",
-            "FIREFLOW_APPLICATION_VERSION": "bench-1",
+            "FIREFLOW_APPLICATION_VERSION": "1.0.0",
             "FIREFLOW_QUEUES": ",".join(queues),
+            "FIREFLOW_WORKER_PROCESSES": str(processes),
             "FIREFLOW_HEALTH_HOST": "127.0.0.1",
             "FIREFLOW_HEALTH_PORT": str(self._health_port),
             "BENCH_QUEUES": ",".join(queues),
             "BENCH_READY_FILE": str(self._ready_file),
+            "BENCH_ASYNC": "1" if kind == "raw-async" else "",
+            **(extra_env or {}),
         }
         self.process: subprocess.Popen[bytes] | None = None
 
@@ -90,6 +99,8 @@ class Worker:
         self._ready_file.unlink(missing_ok=True)
         if self.kind == "fireflow":
             args = [str(BIN / "fireflow-worker")]
+        elif self.kind == "ts":
+            args = ["node", str(TS_DIR / "worker.js")]
         else:
             args = [sys.executable, "-m", "benchmarks.baseline_worker"]
         with self.log_path.open("ab") as log:
@@ -101,16 +112,27 @@ class Worker:
         assert self.process is not None
         return self.process.pid
 
+    def rss_mib(self) -> float:
+        """Resident memory of the worker (all of a pod's processes), now."""
+        total_kib = 0
+        for pid in tree_pids([self.pid]):
+            with contextlib.suppress(OSError):
+                for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+                    if line.startswith("VmRSS:"):
+                        total_kib += int(line.split()[1])
+        return total_kib / 1024
+
     def is_ready(self) -> bool:
-        if self.kind == "baseline":
+        if self.kind != "fireflow":
             return self._ready_file.exists()
         try:
-            with urllib.request.urlopen(f"http://127.0.0.1:{self._health_port}/readyz", timeout=2) as response:
+            url = f"http://127.0.0.1:{self._health_port}/readyz"
+            with urllib.request.urlopen(url, timeout=2) as response:
                 return int(response.status) == 200
         except OSError:
             return False
 
-    def wait_ready(self, timeout: float = 90.0) -> None:
+    def wait_ready(self, timeout: float = 120.0) -> None:
         assert self.process is not None
         deadline = time.monotonic() + timeout
         while not self.is_ready():
@@ -146,10 +168,21 @@ def running_workers(
     count: int = 1,
     polling_ms: int = 50,
     queues: list[str],
+    processes: int = 1,
+    extra_env: dict[str, str] | None = None,
 ) -> Iterator[list[Worker]]:
-    """`count` workers of `kind` with distinct ids, all ready and polling, stopped on exit."""
+    """`count` workers (pods) of `kind` with distinct ids, all ready and polling, stopped on exit."""
     workers = [
-        Worker(kind, database_url, f"bench-{kind}-{index}", log_dir, polling_ms=polling_ms, queues=queues)
+        Worker(
+            kind,
+            database_url,
+            f"bench-{kind}-{index}",
+            log_dir,
+            polling_ms=polling_ms,
+            queues=queues,
+            processes=processes,
+            extra_env=extra_env,
+        )
         for index in range(count)
     ]
     try:

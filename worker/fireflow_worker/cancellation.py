@@ -9,12 +9,10 @@ query through DBOS's pooled engine), and wakes those runs on their event loop.
 
 from __future__ import annotations
 
-import asyncio
 import logging
 import threading
 from collections import OrderedDict
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
 
 log = logging.getLogger("fireflow.worker")
 
@@ -25,26 +23,21 @@ _REMEMBERED = 10_000
 CancelledAmong = Callable[[Sequence[str]], set[str]]
 
 
-@dataclass(frozen=True)
-class _Watched:
-    loop: asyncio.AbstractEventLoop
-    on_cancel: Callable[[], None]
-
-
 class CancelWatcher(threading.Thread):
     def __init__(self, cancelled_among: CancelledAmong, interval_seconds: float = CANCEL_POLL_SECONDS) -> None:
         super().__init__(name="cancel-watcher", daemon=True)
         self._query = cancelled_among
         self._interval = interval_seconds
-        self._watched: dict[str, _Watched] = {}
+        self._watched: dict[str, Callable[[], None]] = {}
         self._cancelled: OrderedDict[str, None] = OrderedDict()
         self._lock = threading.Lock()
         self.stopped = threading.Event()
 
     def watch(self, run_id: str, on_cancel: Callable[[], None]) -> None:
-        """Call `on_cancel` on the caller's event loop once the run is seen cancelled."""
+        """Call `on_cancel` (from this watcher's thread: it must be thread-safe, e.g. `Event.set` or a
+        `loop.call_soon_threadsafe`) once the run is seen cancelled."""
         with self._lock:
-            self._watched[run_id] = _Watched(asyncio.get_running_loop(), on_cancel)
+            self._watched[run_id] = on_cancel
 
     def unwatch(self, run_id: str) -> None:
         with self._lock:
@@ -75,8 +68,11 @@ class CancelWatcher(threading.Thread):
         for run_id in found:
             with self._lock:
                 watched = self._watched.pop(run_id, None)
-            if watched is not None and not watched.loop.is_closed():
-                watched.loop.call_soon_threadsafe(watched.on_cancel)
+            if watched is not None:
+                try:
+                    watched()
+                except RuntimeError:  # the run's event loop closed meanwhile: it has ended anyway
+                    log.debug("run %s ended before its cancellation was delivered", run_id)
 
     def run(self) -> None:
         failing = False

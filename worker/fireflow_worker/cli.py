@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import signal
 import sys
 from collections.abc import Sequence
 
@@ -20,6 +21,9 @@ from fireflow_worker.dburl import mask_logs, redact_url
 __all__ = ["client_main", "worker_main"]
 
 EXIT_USAGE = 2
+PR_SET_PDEATHSIG = 1
+# Set by the supervisor in the environment of the worker processes it starts (see supervisor.py).
+SUPERVISOR_PID_ENV = "FIREFLOW_SUPERVISOR_PID"
 
 
 def _fail_usage(message: str) -> int:
@@ -52,9 +56,30 @@ def worker_main(argv: Sequence[str] | None = None) -> int:
     if args.command == "migrate":
         mask_logs([config.database_url or ""])  # DBOS logs the URL it migrates, query password included
         return _migrate(args, config.database_url)
+    processes = config.processes
+    if processes > 1 and not os.environ.get(SUPERVISOR_PID_ENV):
+        from fireflow_worker.supervisor import run_supervisor  # noqa: PLC0415
+
+        return run_supervisor(config, processes)
+    if os.environ.get(SUPERVISOR_PID_ENV):
+        _die_with_supervisor(int(os.environ[SUPERVISOR_PID_ENV]))
     from fireflow_worker.runtime import run_worker  # noqa: PLC0415 - keeps `migrate` light
 
     return run_worker(config)
+
+
+def _die_with_supervisor(supervisor_pid: int) -> None:
+    """A supervised worker is killed with its supervisor, as the container's processes are when its PID 1
+    dies (outside a container nothing else would end them)."""
+    try:
+        import ctypes  # noqa: PLC0415
+
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
+    except (OSError, AttributeError):  # pragma: no cover - not Linux
+        return
+    if os.getppid() != supervisor_pid:  # it died before the prctl
+        os._exit(1)
 
 
 def _migrate(args: argparse.Namespace, database_url: str | None) -> int:

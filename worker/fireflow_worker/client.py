@@ -21,8 +21,11 @@ from fireflow_worker.engine import EVENTS_STREAM, WORKFLOW_NAME
 from fireflow_worker.flow_store import FlowNotFoundError, load_flow_definition, save_flow
 from fireflow_worker.flows.document import DocumentError, parse_text
 from fireflow_worker.flows.validate import FlowValidationError, load_flow, validate_run_inputs
+from fireflow_worker.run_events import EVENT_DETAILS, LIVE, Deriver, Step, event_detail
 
 TERMINAL_STATUSES = ("SUCCESS", "ERROR", "CANCELLED", "MAX_RECOVERY_ATTEMPTS_EXCEEDED")
+# How often a follower of a run without live events reads its records (two indexed reads each time).
+DERIVED_POLL_SECONDS = 0.1
 
 
 class RunNotFoundError(LookupError):
@@ -106,10 +109,16 @@ class FireflowClient:
         inputs: dict[str, Any] | None = None,
         queue: str = queues.EXECUTIONS,
         run_id: str | None = None,
+        events: str | None = None,
     ) -> str:
-        """Validate and enqueue one run, by value (`flow`) or by reference (`flow_ref`); returns its id."""
+        """Validate and enqueue one run, by value (`flow`) or by reference (`flow_ref`); returns its id.
+
+        `events` is the run's event detail (`steps` or `live`, see `run_events`); None leaves it to the queue.
+        """
         if (flow is None) == (flow_ref is None):
             raise ValueError("give exactly one of flow and flow_ref")
+        if events is not None and events not in EVENT_DETAILS:
+            raise ValueError(f"unknown event detail {events!r}; known: {', '.join(EVENT_DETAILS)}")
         if queue not in queues.ALL_QUEUES:
             raise ValueError(f"unknown queue {queue!r}; known: {', '.join(queues.ALL_QUEUES)}")
         if flow_ref is not None:
@@ -122,6 +131,8 @@ class FireflowClient:
             parsed = load_flow(flow)
         checked_inputs = validate_run_inputs(parsed, inputs or {})
         request: dict[str, Any] = {"inputs": checked_inputs, "queue": queue}
+        if events is not None:
+            request["events"] = events
         if flow_ref is not None:
             request["flow_ref"] = flow_ref
         else:
@@ -132,9 +143,44 @@ class FireflowClient:
         )
         return str(handle.get_workflow_id())
 
-    def events(self, run_id: str, *, timeout_seconds: float | None = None) -> Iterator[dict[str, Any]]:
-        """The run's node events as they happen, until the run ends."""
-        yield from self._dbos.read_stream(run_id, EVENTS_STREAM, timeout_seconds=timeout_seconds)
+    def events(
+        self, run_id: str, *, timeout_seconds: float | None = None, poll_seconds: float = DERIVED_POLL_SECONDS
+    ) -> Iterator[dict[str, Any]]:
+        """The run's events as they happen, until the run ends (see `run_events` for the two details).
+
+        A run with `live` events is read from its stream; otherwise the events are derived from the run's
+        records, read every `poll_seconds`. `timeout_seconds` bounds the wait for each event
+        (DBOSStreamTimeoutError).
+        """
+        request = self._request(run_id)
+        if event_detail(request) == LIVE:
+            yield from self._dbos.read_stream(run_id, EVENTS_STREAM, timeout_seconds=timeout_seconds)
+            return
+        deriver = Deriver(request)
+        waited_since = time.monotonic()
+        while not deriver.ended:
+            status = self._dbos.retrieve_workflow(run_id).get_status()
+            steps = [Step.of(info) for info in self._dbos.list_workflow_steps(run_id)]
+            error = None if status.error is None else str(status.error)
+            started_at = getattr(status, "dequeued_at", None)
+            now = int(time.time() * 1000)
+            fresh = deriver.update(str(status.status), started_at, status.updated_at, error, steps, now)
+            yield from fresh
+            if fresh:
+                waited_since = time.monotonic()
+            elif timeout_seconds is not None and time.monotonic() - waited_since > timeout_seconds:
+                raise dbos_error.DBOSStreamTimeoutError(run_id, EVENTS_STREAM, timeout_seconds)
+            if not deriver.ended:
+                time.sleep(poll_seconds)
+
+    def _request(self, run_id: str) -> Any:
+        """The run's request as enqueued (its first argument); RunNotFoundError when there is no such run."""
+        found = self._dbos.list_workflows(workflow_ids=[run_id], load_input=True, load_output=False)
+        if not found:
+            raise RunNotFoundError(f"there is no run {run_id!r}")
+        inputs: Any = found[0].input or {}
+        args = inputs.get("args") if isinstance(inputs, dict) else None
+        return args[0] if args else None
 
     def result(self, run_id: str, *, timeout_seconds: float | None = None) -> Any:
         """Wait for the run to end and return its result.
@@ -222,8 +268,6 @@ class FireflowClient:
 
     def _queue_of(self, run_id: str) -> str:
         """The queue the run was enqueued on (its request says; DBOS clears it when a run ends)."""
-        (found,) = self._dbos.list_workflows(workflow_ids=[run_id], load_input=True, load_output=False)
-        inputs: Any = found.input or {}
-        args = inputs.get("args") or [{}]
-        queue = args[0].get("queue") if isinstance(args[0], dict) else None
+        request = self._request(run_id)
+        queue = request.get("queue") if isinstance(request, dict) else None
         return str(queue) if queue in queues.ALL_QUEUES else queues.EXECUTIONS

@@ -57,6 +57,13 @@ def _parser() -> argparse.ArgumentParser:
     run.add_argument("--input", action="append", default=[], metavar="NAME=VALUE")
     run.add_argument("--queue", default=queues.EXECUTIONS, choices=queues.ALL_QUEUES)
     run.add_argument("--follow", action="store_true", help="stream node events live, then print the result")
+    run.add_argument(
+        "--events",
+        choices=("steps", "live"),
+        default=None,
+        help="the run's event detail: live writes every event as it happens (the default with --follow); "
+        "steps derives them from the run's records (the default otherwise, except on fireflow-sandbox)",
+    )
     status = sub.add_parser("status", help="print a run's status")
     status.add_argument("run_id")
     cancel = sub.add_parser("cancel", help="cancel a queued or running run")
@@ -123,10 +130,11 @@ def _command(client: Any, args: argparse.Namespace) -> int:
         print(f"resumed run {run_id}" if same else f"resumed run {args.run_id} as new run {run_id}", flush=True)
         return _follow(client, run_id) if args.follow else 0
     inputs = _parse_inputs(args.input)
+    events = args.events or ("live" if args.follow else None)
     if args.ref:
-        run_id = client.enqueue(flow_ref=args.flow, inputs=inputs, queue=args.queue)
+        run_id = client.enqueue(flow_ref=args.flow, inputs=inputs, queue=args.queue, events=events)
     else:
-        run_id = client.enqueue(read_flow_file(Path(args.flow)), inputs=inputs, queue=args.queue)
+        run_id = client.enqueue(read_flow_file(Path(args.flow)), inputs=inputs, queue=args.queue, events=events)
     print(f"enqueued run {run_id}", flush=True)
     return _follow(client, run_id) if args.follow else 0
 

@@ -23,8 +23,10 @@ from pydantic import (
 )
 
 from fireflow_worker.dburl import POSTGRES_SCHEMES, redact_url, url_problem
-from fireflow_worker.queues import ALL_QUEUES
+from fireflow_worker.processes import MAX_PROCESSES, child_executor_id, default_processes
+from fireflow_worker.queues import ALL_QUEUES, BACKGROUND, EXECUTIONS, SANDBOX, TERMINAL
 
+MAX_EXECUTOR_ID_CHARS = 253
 LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")
 APP_NAME_PATTERN = re.compile(r"^[a-z0-9_-]{3,256}$")
 
@@ -46,6 +48,10 @@ def _parse_bool(value: Any) -> Any:
             return False
         raise ValueError("must be true or false")
     return value
+
+
+def _auto_is_unset(value: Any) -> Any:
+    return None if isinstance(value, str) and value.strip().lower() == "auto" else value
 
 
 def _upper_log_level(value: Any) -> Any:
@@ -104,7 +110,7 @@ class WorkerConfig(BaseModel):
     queue_concurrency: int = Field(0, alias="DBOS_QUEUE_CONCURRENCY", ge=0, le=1_000_000)
     polling_interval_ms: int = Field(50, alias="DBOS_QUEUE_POLLING_INTERVAL_MS", ge=1, le=600_000)
     pool_size: int = Field(30, alias="DBOS_SYSTEM_DATABASE_POOL_SIZE", ge=2, le=1_000)
-    worker_id: str | None = Field(None, alias="FIREFLOW_WORKER_ID", min_length=1, max_length=253)
+    worker_id: str | None = Field(None, alias="FIREFLOW_WORKER_ID", min_length=1, max_length=MAX_EXECUTOR_ID_CHARS)
     run_migrations: Bool = Field(True, alias="DBOS_RUN_MIGRATIONS")
     drain_timeout_ms: int = Field(25_000, alias="DBOS_SHUTDOWN_DRAIN_TIMEOUT_MS", ge=0, le=3_600_000)
     log_level: Annotated[
@@ -125,6 +131,25 @@ class WorkerConfig(BaseModel):
     max_flow_nodes: int = Field(1_000, alias="FIREFLOW_MAX_FLOW_NODES", ge=1, le=100_000)
     # Times a run may be recovered after its worker died while running it (DBOS's max_recovery_attempts).
     max_recovery_attempts: int = Field(10, alias="FIREFLOW_MAX_RECOVERY_ATTEMPTS", ge=0, le=10_000)
+    # Polling intervals of the other queues; unset = DBOS_QUEUE_POLLING_INTERVAL_MS (see dispatcher.py).
+    background_polling_interval_ms: int | None = Field(
+        None, alias="FIREFLOW_BACKGROUND_QUEUE_POLLING_INTERVAL_MS", ge=1, le=600_000
+    )
+    sandbox_polling_interval_ms: int | None = Field(
+        None, alias="FIREFLOW_SANDBOX_QUEUE_POLLING_INTERVAL_MS", ge=1, le=600_000
+    )
+    terminal_polling_interval_ms: int | None = Field(
+        None, alias="FIREFLOW_TERMINAL_QUEUE_POLLING_INTERVAL_MS", ge=1, le=600_000
+    )
+    # Claim when notified of an enqueue (plus this safety poll) instead of DBOS polling every queue.
+    claim_on_notify: Bool = Field(True, alias="FIREFLOW_CLAIM_ON_NOTIFY")
+    idle_poll_interval_ms: int = Field(5_000, alias="FIREFLOW_IDLE_POLL_INTERVAL_MS", ge=10, le=600_000)
+    # Worker processes in this pod (see processes.py); unset or "auto" = from the pod's CPU limit.
+    worker_processes: Annotated[int | None, BeforeValidator(_auto_is_unset)] = Field(
+        None, alias="FIREFLOW_WORKER_PROCESSES", ge=1, le=MAX_PROCESSES
+    )
+    # SQLAlchemy's ping before every pooled checkout: one more round trip per database transaction.
+    pool_pre_ping: Bool = Field(False, alias="FIREFLOW_POOL_PRE_PING")
 
     @model_validator(mode="after")
     def _database_or_local(self) -> WorkerConfig:
@@ -139,6 +164,12 @@ class WorkerConfig(BaseModel):
                 raise ValueError(f"{shown} must be a postgresql:// URL")
             if problem := url_problem(self.database_url):
                 raise ValueError(f"{shown} {problem}")
+        longest = child_executor_id(self.worker_id, self.processes - 1) or ""
+        if len(longest) > MAX_EXECUTOR_ID_CHARS:
+            raise ValueError(
+                f"FIREFLOW_WORKER_ID is too long for {self.processes} processes: the last one's executor id "
+                f"{longest[:40]!r}... would have {len(longest)} characters, more than {MAX_EXECUTOR_ID_CHARS}"
+            )
         if self.max_run_output_bytes < self.max_node_output_bytes:
             raise ValueError(
                 f"FIREFLOW_MAX_RUN_OUTPUT_BYTES={self.max_run_output_bytes} must be at least "
@@ -154,12 +185,32 @@ class WorkerConfig(BaseModel):
         return f"sqlite:///{self.local_sqlite_path}"
 
     @property
+    def processes(self) -> int:
+        """Worker processes in this pod: the setting, else one per core of the CPU limit."""
+        return self.worker_processes if self.worker_processes is not None else default_processes()
+
+    @property
     def executor_id(self) -> str:
         return self.worker_id or "local"
 
     @property
     def background_concurrency(self) -> int:
         return max(1, self.worker_concurrency // 2)
+
+    @property
+    def polling_intervals_ms(self) -> dict[str, int]:
+        """Each queue's polling interval: the least time between two claims of it by one worker."""
+        return {
+            EXECUTIONS: self.polling_interval_ms,
+            BACKGROUND: self.background_polling_interval_ms or self.polling_interval_ms,
+            SANDBOX: self.sandbox_polling_interval_ms or self.polling_interval_ms,
+            TERMINAL: self.terminal_polling_interval_ms or self.polling_interval_ms,
+        }
+
+    @property
+    def listens_for_work(self) -> bool:
+        """Claims on notification (PostgreSQL only: SQLite has no LISTEN)."""
+        return self.claim_on_notify and self.database_url is not None
 
     @property
     def global_concurrency(self) -> int | None:
@@ -169,13 +220,15 @@ class WorkerConfig(BaseModel):
 
 def _field_hint(field_name: str) -> str:
     """The accepted range of a field, from its constraints."""
+    if field_name == "worker_processes":
+        return f"auto or an integer from 1 to {MAX_PROCESSES}"
     info = WorkerConfig.model_fields[field_name]
     bounds = {type(m).__name__: m for m in info.metadata}
     ge = getattr(bounds.get("Ge"), "ge", None)
     le = getattr(bounds.get("Le"), "le", None)
     if ge is not None and le is not None:
         return f"an integer from {ge} to {le}"
-    if info.annotation is bool or field_name in ("local_mode", "run_migrations"):
+    if info.annotation is bool or field_name in ("local_mode", "run_migrations", "claim_on_notify", "pool_pre_ping"):
         return "true or false"
     if field_name == "log_level":
         return "one of debug, info, warning, error, critical (any case)"

@@ -67,7 +67,10 @@ class LocalPostgres:
         settings: dict[str, str] | None = None,
         port: int | None = None,
         base_dir: Path | None = None,
+        bin_dir: Path | None = None,
     ) -> None:
+        # Another installation's binaries (the benchmark uses Debian's: it has the extensions DBOS-TS needs).
+        self._bin_dir = bin_dir
         self.port = port or free_port()
         self.password = secrets.token_urlsafe(16)
         self._max_connections = max_connections
@@ -78,6 +81,10 @@ class LocalPostgres:
         self.log_path = self.base_dir / "postgres.log"
         self._user = _run_as()
         self._process: subprocess.Popen[bytes] | None = None
+
+    @property
+    def bin_dir(self) -> Path:
+        return self._bin_dir if self._bin_dir is not None else _bin_dir()
 
     def url(self, database: str = "postgres", *, driver: str = "postgresql") -> str:
         return f"{driver}://{SUPERUSER}:{self.password}@127.0.0.1:{self.port}/{database}"
@@ -100,7 +107,7 @@ class LocalPostgres:
         self._chown(pwfile)
         subprocess.run(
             [
-                str(_bin_dir() / "initdb"),
+                str(self.bin_dir / "initdb"),
                 "-D",
                 str(self.data_dir),
                 "-U",
@@ -132,7 +139,7 @@ class LocalPostgres:
             "full_page_writes": "off",
             **self._settings,
         }
-        args = [str(_bin_dir() / "postgres"), "-D", str(self.data_dir)]
+        args = [str(self.bin_dir / "postgres"), "-D", str(self.data_dir)]
         for key, value in settings.items():
             args += ["-c", f"{key}={value}"]
         log = self.log_path.open("ab")

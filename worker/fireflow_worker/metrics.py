@@ -3,6 +3,8 @@ are mixed in by accident; they are added explicitly)."""
 
 from __future__ import annotations
 
+import functools
+
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 from prometheus_client.process_collector import ProcessCollector
 
@@ -63,3 +65,16 @@ PROVISION_CACHE = Counter(
     registry=REGISTRY,
 )
 READY = Gauge("fireflow_worker_ready", "1 while the worker accepts runs, 0 once it drains.", registry=REGISTRY)
+
+
+# Labelled children, looked up once: runs and nodes update them on the hot path.
+@functools.cache
+def node_duration(node_type: str, outcome: str) -> Histogram:
+    child: Histogram = NODE_DURATION.labels(node_type, outcome)
+    return child
+
+
+@functools.cache
+def run_counter(counter: Counter, queue: str) -> Counter:
+    child: Counter = counter.labels(queue)
+    return child

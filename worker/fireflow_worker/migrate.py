@@ -77,17 +77,28 @@ class MigrationSummary:
 
 
 def plan(database_url: str) -> MigrationSummary:
+    """What `apply` would do: a DBOS schema behind, or the project's objects (triggers) of an older version."""
     current = current_version(database_url)
     migrations = dbos_migrations()
-    verdicts = migration_safety.step_verdicts(migrations, current, len(migrations))
+    required = len(migrations)
+    verdicts = migration_safety.step_verdicts(migrations, current, required)
+    objects = "current" if current > 0 and objects_version(database_url) == schema.OBJECTS_VERSION else "outdated"
     return MigrationSummary(
         action="plan",
         current_version=current,
-        required_version=len(migrations),
-        migration_needed=current < len(migrations),
+        required_version=required,
+        migration_needed=current < required or objects == "outdated",
+        # The project's objects are replaced in one short transaction under the lock timeout: online-safe.
         online_safe=not verdicts,
         unsafe=[f"migration {v.version}: {v.reason}" for v in verdicts[:5]] or None,
+        project_objects=objects,
     )
+
+
+def objects_version(database_url: str) -> str | None:
+    """The version of the project's objects installed (None: none)."""
+    with psycopg.connect(libpq_url(database_url), connect_timeout=10) as conn:
+        return schema.installed_version(conn)
 
 
 def with_lock_timeout(database_url: str, lock_timeout_ms: int) -> str:

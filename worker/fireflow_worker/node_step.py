@@ -15,6 +15,7 @@ from typing import Any
 
 from dbos import DBOS
 from dbos import error as dbos_error
+from sqlalchemy import exc as sa_exc
 
 from fireflow_worker import metrics
 from fireflow_worker.flows.nodetype import NodeContext, NodeError, parse_params, run_node
@@ -49,6 +50,8 @@ class NodeCall:
     limits: RunLimits
     budget: OutputBudget
     is_cancelled: IsCancelled
+    # Write this node's events to the run's stream as they happen (the run's `live` event detail).
+    live: bool = False
 
     def should_retry(self, err: BaseException) -> bool:
         """Failures another attempt cannot fix are not retried, and nothing is retried once the run is cancelled."""
@@ -68,7 +71,8 @@ class _DeferredSleep:
 
 
 def run_node_step(call: NodeCall) -> dict[str, Any]:
-    """One attempt of a node: `{"output", "bytes", "wake_at_ms"}`, or a NodeError."""
+    """One attempt of a node: `{"output", "bytes"[, "attempt"][, "wake_at_ms", "started_at_ms"]}`, or a
+    NodeError."""
     status = DBOS.step_status
     attempt = 1 + (status.current_attempt or 0) if status is not None else 1
     if attempt > 1 and call.is_cancelled(call.run_id, True):
@@ -76,10 +80,16 @@ def run_node_step(call: NodeCall) -> dict[str, Any]:
         raise dbos_error.DBOSWorkflowCancelledError(f"run {call.run_id} was cancelled; node {call.node_id} stops")
     node_type = default_registry().get(call.node_type)
     started = time.monotonic()
-    DBOS.write_stream(
-        EVENTS_STREAM,
-        {"event": "node.started", "node": call.node_id, "type": call.node_type, "attempt": attempt, "at_ms": now_ms()},
-    )
+    if call.live:
+        _write_event(
+            {
+                "event": "node.started",
+                "node": call.node_id,
+                "type": call.node_type,
+                "attempt": attempt,
+                "at_ms": now_ms(),
+            }
+        )
     deferred_sleep = _DeferredSleep()
     ctx = NodeContext(run_id=call.run_id, node_id=call.node_id, sleeper=deferred_sleep, attempt=attempt)
     try:
@@ -91,32 +101,46 @@ def run_node_step(call: NodeCall) -> dict[str, Any]:
     except BaseException as err:  # user code: everything it raises is this node's failure
         failure = err if isinstance(err, NodeError) else NodeError(f"{type(err).__name__}: {one_line(err)}")
         elapsed = time.monotonic() - started
-        metrics.NODE_DURATION.labels(call.node_type, "failed").observe(elapsed)
-        DBOS.write_stream(
-            EVENTS_STREAM,
-            {
-                "event": "node.failed",
-                "node": call.node_id,
-                "attempt": attempt,
-                "error": one_line(failure.message),
-                "duration_ms": round(elapsed * 1000, 3),
-                "at_ms": now_ms(),
-            },
-        )
+        metrics.node_duration(call.node_type, "failed").observe(elapsed)
+        if call.live:
+            _write_event(
+                {
+                    "event": "node.failed",
+                    "node": call.node_id,
+                    "attempt": attempt,
+                    "error": one_line(failure.message),
+                    "duration_ms": round(elapsed * 1000, 3),
+                    "at_ms": now_ms(),
+                }
+            )
         raise NodeError(one_line(failure.message), retryable=failure.retryable) from None
     elapsed = time.monotonic() - started
-    metrics.NODE_DURATION.labels(call.node_type, "succeeded").observe(elapsed)
+    metrics.node_duration(call.node_type, "succeeded").observe(elapsed)
     wake_at_ms = now_ms() + int(deferred_sleep.seconds * 1000) if deferred_sleep.seconds else None
-    if not node_type.durable:
+    if call.live and not node_type.durable:
         # A durable node's `node.finished` is written by the workflow once its sleep is over.
-        DBOS.write_stream(EVENTS_STREAM, node_finished_event(call.node_id, attempt, elapsed * 1000))
-    return {
-        "output": output,
-        "bytes": size,
-        "wake_at_ms": wake_at_ms,
-        "attempt": attempt,
-        "started_at_ms": now_ms() - int(elapsed * 1000),
-    }
+        _write_event(node_finished_event(call.node_id, attempt, elapsed * 1000))
+    # What the step records beside the output: its size (the run's budget, also on replay), the attempt
+    # that succeeded when not the first, and a durable node's wake-up time and start.
+    recorded: dict[str, Any] = {"output": output, "bytes": size}
+    if attempt > 1:
+        recorded["attempt"] = attempt
+    if wake_at_ms is not None:
+        recorded["wake_at_ms"] = wake_at_ms
+        recorded["started_at_ms"] = now_ms() - int(elapsed * 1000)
+    return recorded
+
+
+def _write_event(event: dict[str, Any]) -> None:
+    """A live event, from inside the node's step. The pool does not ping a connection before use, so the
+    first write after a database restart may meet a dead one (SQLAlchemy then drops the pool's old
+    connections): one more try on a fresh connection, then the event is lost rather than the node failed."""
+    try:
+        DBOS.write_stream(EVENTS_STREAM, event)
+    except sa_exc.DBAPIError as err:
+        if not err.connection_invalidated:
+            raise
+        DBOS.write_stream(EVENTS_STREAM, event)
 
 
 def node_finished_event(node_id: str, attempt: int, duration_ms: float) -> dict[str, Any]:

@@ -28,6 +28,7 @@ from fireflow_worker import engine, queues, schema, worker_db
 from fireflow_worker.cancellation import CancelWatcher
 from fireflow_worker.config import WorkerConfig
 from fireflow_worker.dburl import mask_logs, redact_url
+from fireflow_worker.dispatcher import Dispatcher
 from fireflow_worker.flow_store import ProvisionCache
 from fireflow_worker.health import HealthServer, HealthState
 from fireflow_worker.run_limits import RunLimits
@@ -60,7 +61,12 @@ def dbos_config(config: WorkerConfig) -> DBOSConfig:
         "run_migrations": config.run_migrations,
         "log_level": config.log_level,
         # Named connections let the operator tell the pool's backends from everyone else's in pg_stat_activity.
-        "db_engine_kwargs": {"connect_args": {"application_name": connection_application_name(config.executor_id)}},
+        "db_engine_kwargs": {
+            "connect_args": {"application_name": connection_application_name(config.executor_id)},
+            # Off by default: the ping is a round trip before every transaction. DBOS retries what fails on
+            # a connection that died meanwhile, and SQLAlchemy then replaces the pool's older connections.
+            "pool_pre_ping": config.pool_pre_ping,
+        },
     }
 
 
@@ -71,7 +77,7 @@ def connection_application_name(executor_id: str) -> str:
 
 def register_queues(config: WorkerConfig) -> None:
     """Register every queue; all replicas of an application share these rows (see the DBOS doc)."""
-    polling = config.polling_interval_ms / 1000
+    polling = config.polling_intervals_ms
     sizes = {
         queues.EXECUTIONS: (config.worker_concurrency, config.global_concurrency),
         queues.BACKGROUND: (config.background_concurrency, config.global_concurrency),
@@ -84,7 +90,7 @@ def register_queues(config: WorkerConfig) -> None:
                 name,
                 worker_concurrency=worker_concurrency,
                 global_concurrency=global_concurrency,
-                polling_interval_sec=polling,
+                polling_interval_sec=polling[name] / 1000,
             )
         except Exception as err:
             raise StartupError(_explain(err, config)) from None
@@ -143,7 +149,9 @@ def run_worker(config: WorkerConfig) -> int:
         return 1
     sampler = QueueDepthSampler(lambda: _sys_engine(dbos), config.queues)
     sampler.start()
-    watchdog = MachineryWatchdog(dbos_probes(dbos), lambda problem: _exit_broken(state, problem))
+    dispatcher = _start_dispatcher(dbos, config)
+    probes = dbos_probes(dbos) + ([dispatcher.problem] if dispatcher is not None else [])
+    watchdog = MachineryWatchdog(probes, lambda problem: _exit_broken(state, problem))
     watchdog.start()
     if not stop.is_set():
         state.mark_ready()
@@ -152,6 +160,8 @@ def run_worker(config: WorkerConfig) -> int:
     # interrupt the main thread's lock wait, and Python runs signal handlers only in the main thread.
     while not stop.wait(SIGNAL_CHECK_SECONDS):
         pass
+    if dispatcher is not None:
+        dispatcher.stop()  # claim nothing more
     watchdog.stopped.set()
     sampler.stopped.set()
     if engine.SETTINGS.cancel_watcher is not None:
@@ -227,7 +237,8 @@ def _launch(config: WorkerConfig) -> DBOS:
     watcher = CancelWatcher(lambda run_ids: worker_db.cancelled_among(_sys_engine(dbos), run_ids))
     engine.SETTINGS.cancel_watcher = watcher
     engine.register_workflow(config.max_recovery_attempts)
-    DBOS.listen_queues(config.queues)
+    # Claiming on notification, the worker claims its queues itself; DBOS polls none of them.
+    DBOS.listen_queues([] if config.listens_for_work else config.queues)
     try:
         DBOS.launch()
     except Exception as err:
@@ -258,6 +269,16 @@ def _settle_latest_version(config: WorkerConfig) -> None:
         f"no new run. Run version {latest!r}, or set FIREFLOW_VERSION_ROLE=claim-latest to make {mine!r} the latest "
         f"(a rollback)"
     )
+
+
+def _start_dispatcher(dbos: DBOS, config: WorkerConfig) -> Dispatcher | None:
+    """The claimers of the served queues, woken by the enqueue notifications (see dispatcher.py)."""
+    if not config.listens_for_work:
+        return None
+    dispatcher = Dispatcher(dbos, config.queues, config.idle_poll_interval_ms / 1000)
+    engine.SETTINGS.on_run_started = dispatcher.run_started
+    engine.SETTINGS.on_run_ended = dispatcher.run_ended
+    return dispatcher.start()
 
 
 def _one_line(err: BaseException) -> str:

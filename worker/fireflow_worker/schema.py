@@ -1,5 +1,8 @@
 """The project's own database objects beside DBOS's schema: the stored-flows table and the trigger that
-announces a run's end on `ff_workflow_terminal` (DBOS itself sends no notification when a workflow ends).
+announces a run's end on `ff_workflow_terminal` (DBOS itself sends no notification when a workflow ends), and
+the triggers that wake idle workers when a run is enqueued or a queue's row changes (see dispatcher.py;
+PostgreSQL delivers one notification per distinct payload per transaction, so a bulk enqueue notifies once
+per queue).
 
 Installing is idempotent and cheap when already done: the worker checks the catalogue first, so a worker
 whose role may not run DDL starts fine once `fireflow-worker migrate` has installed them.
@@ -15,9 +18,16 @@ import sqlalchemy as sa
 from fireflow_worker.dburl import libpq_url
 
 TERMINAL_CHANNEL = "ff_workflow_terminal"
+# Workers are woken on DBOS's own notification channel, which DBOS's LISTEN connection already reads: a
+# second listening connection per worker would cost one more connection and, since PostgreSQL wakes every
+# listening backend of a database for every notification, one more short transaction per run end.
+WAKE_CHANNEL = "dbos_notifications_channel"
+ENQUEUED_PREFIX = "ff-enqueued::"
+QUEUE_CHANGED_PREFIX = "ff-queue::"
+RUN_ENDED = "ff-run-ended"
 TERMINAL_STATUSES = ("SUCCESS", "ERROR", "CANCELLED", "MAX_RECOVERY_ATTEMPTS_EXCEEDED")
 # Bumped whenever the objects below change, so an older installation is replaced.
-OBJECTS_VERSION = "fireflow-objects-1"
+OBJECTS_VERSION = "fireflow-objects-3"
 # Serialises concurrent installers (replicas starting together).
 _INSTALL_LOCK_KEY = 0x0F1F_E0F1
 
@@ -38,6 +48,8 @@ _STATEMENTS = (
            AND NEW.status IS DISTINCT FROM OLD.status THEN
             PERFORM pg_notify('{TERMINAL_CHANNEL}',
                 json_build_object('workflow_id', NEW.workflow_uuid, 'status', NEW.status)::text);
+            -- For workers' claimers under a global cap (read by DBOS's own listener, see dispatcher.py).
+            PERFORM pg_notify('{WAKE_CHANNEL}', '{RUN_ENDED}');
         END IF;
         RETURN NEW;
     END
@@ -47,6 +59,42 @@ _STATEMENTS = (
     CREATE OR REPLACE TRIGGER fireflow_workflow_terminal
         AFTER UPDATE OF status ON dbos.workflow_status
         FOR EACH ROW EXECUTE FUNCTION fireflow.notify_workflow_terminal()
+    """,
+    f"""
+    CREATE OR REPLACE FUNCTION fireflow.notify_enqueued() RETURNS trigger
+    LANGUAGE plpgsql AS $$
+    BEGIN
+        PERFORM pg_notify('{WAKE_CHANNEL}', '{ENQUEUED_PREFIX}' || NEW.queue_name);
+        RETURN NULL;
+    END
+    $$
+    """,
+    """
+    CREATE OR REPLACE TRIGGER fireflow_enqueued
+        AFTER INSERT ON dbos.workflow_status
+        FOR EACH ROW WHEN (NEW.status = 'ENQUEUED' AND NEW.queue_name IS NOT NULL)
+        EXECUTE FUNCTION fireflow.notify_enqueued()
+    """,
+    """
+    CREATE OR REPLACE TRIGGER fireflow_reenqueued
+        AFTER UPDATE OF status, queue_name ON dbos.workflow_status
+        FOR EACH ROW WHEN (NEW.status = 'ENQUEUED' AND NEW.queue_name IS NOT NULL
+            AND (OLD.status IS DISTINCT FROM NEW.status OR OLD.queue_name IS DISTINCT FROM NEW.queue_name))
+        EXECUTE FUNCTION fireflow.notify_enqueued()
+    """,
+    f"""
+    CREATE OR REPLACE FUNCTION fireflow.notify_queue_changed() RETURNS trigger
+    LANGUAGE plpgsql AS $$
+    BEGIN
+        PERFORM pg_notify('{WAKE_CHANNEL}', '{QUEUE_CHANGED_PREFIX}' || NEW.name);
+        RETURN NULL;
+    END
+    $$
+    """,
+    """
+    CREATE OR REPLACE TRIGGER fireflow_queue_changed
+        AFTER INSERT OR UPDATE ON dbos.queues
+        FOR EACH ROW EXECUTE FUNCTION fireflow.notify_queue_changed()
     """,
     f"COMMENT ON TRIGGER fireflow_workflow_terminal ON dbos.workflow_status IS '{OBJECTS_VERSION}'",
 )

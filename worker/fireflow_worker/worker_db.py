@@ -69,3 +69,13 @@ def refund_drained_dispatches(database_url: str, application_name: str, executor
             (run_ids, executor_id),
         )
         return cursor.rowcount
+
+
+def claim_latencies(engine: sa.Engine, run_ids: Sequence[str]) -> list[tuple[str, float]]:
+    """(queue, seconds from enqueue to claim) of the given runs, database clock; one primary-key lookup each."""
+    query = sa.text(
+        f"SELECT coalesce(queue_name, 'none'), started_at_epoch_ms - created_at "  # noqa: S608 - constant
+        f"FROM {_workflow_status_table(engine)} WHERE workflow_uuid IN :ids AND started_at_epoch_ms IS NOT NULL"
+    ).bindparams(sa.bindparam("ids", expanding=True))
+    with engine.connect() as conn:
+        return [(str(row[0]), max(0.0, int(row[1]) / 1000)) for row in conn.execute(query, {"ids": list(run_ids)})]

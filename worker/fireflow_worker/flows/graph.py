@@ -154,7 +154,7 @@ def resolve_params(
                     retryable=False,
                 )
         # A copy: a node (user code in `python`) must not be able to change another node's output.
-        return copy.deepcopy(found)
+        return found if isinstance(found, str | int | float | bool | None) else copy.deepcopy(found)
 
     try:
         resolved: dict[str, Any] = substitute(dict(params), lookup)

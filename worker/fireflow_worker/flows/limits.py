@@ -12,6 +12,8 @@ import os
 from typing import Any
 
 MAX_NESTING_DEPTH = 64
+# The JSON string encoder json.dumps(ensure_ascii=False) uses (C when available).
+_json_string = json.encoder.encode_basestring
 MAX_FLOW_NODES_ENV = "FIREFLOW_MAX_FLOW_NODES"
 DEFAULT_MAX_FLOW_NODES = 1000
 MAX_FLOW_NODES_RANGE = (1, 100_000)
@@ -30,6 +32,8 @@ def max_flow_nodes() -> int:
 
 def nesting_problem(value: Any, limit: int = MAX_NESTING_DEPTH, where: str = "the value") -> str | None:
     """Why `value` nests lists/objects deeper than `limit`, or None. Iterative: any depth is safe to check."""
+    if not isinstance(value, dict | list):
+        return None
     stack: list[tuple[Any, int]] = [(value, 0)]
     while stack:
         item, depth = stack.pop()
@@ -43,6 +47,8 @@ def nesting_problem(value: Any, limit: int = MAX_NESTING_DEPTH, where: str = "th
 
 def json_bytes(value: Any) -> int:
     """The size of a value as stored: its compact JSON text in UTF-8."""
+    if isinstance(value, str):  # the common case (a template's output), without the encoder's set-up
+        return len(_json_string(value).encode())
     return len(json.dumps(value, ensure_ascii=False, separators=(",", ":"), allow_nan=False).encode())
 
 

@@ -6,6 +6,7 @@ inside a longer string is interpolated as text (strings as they are, anything el
 
 from __future__ import annotations
 
+import functools
 import json
 import re
 from collections.abc import Callable, Iterator
@@ -45,10 +46,16 @@ def parse(text: str) -> list[Part]:
     return [part for part in parts if not isinstance(part, ReferenceSyntaxError)]
 
 
-def _split(text: str) -> list[Part | ReferenceSyntaxError]:
+def _split(text: str) -> tuple[Part | ReferenceSyntaxError, ...]:
     """Like parse, but a malformed reference becomes an error item, so that the others are still seen."""
     if "${" not in text:
-        return [text]
+        return (text,)
+    if len(text) > _MEMO_MAX_CHARS:
+        return _split_text(text)
+    return _split_memo(text)
+
+
+def _split_text(text: str) -> tuple[Part | ReferenceSyntaxError, ...]:
     parts: list[Part | ReferenceSyntaxError] = []
     literal = ""
     pos = 0
@@ -73,7 +80,12 @@ def _split(text: str) -> list[Part | ReferenceSyntaxError]:
     literal += text[pos:]
     if literal:
         parts.append(literal)
-    return parts
+    return tuple(parts)
+
+
+# A worker resolves the same params' strings run after run: their parts are remembered (immutable tuples).
+_MEMO_MAX_CHARS = 4096
+_split_memo = functools.lru_cache(maxsize=4096)(_split_text)
 
 
 def _parse_body(body: str) -> Reference | ReferenceSyntaxError:

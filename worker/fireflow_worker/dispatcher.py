@@ -1,0 +1,255 @@
+"""Claiming runs when there is work, instead of polling every queue every 50 ms.
+
+DBOS polls each queue it serves on a fixed interval, and one poll costs the database seven statements and
+two commits whether anything is queued or not (a reload of the queue's row and a four-statement claim): an
+idle worker serving the four queues at 50 ms costs ~450 statements/s, and every replica adds as much. The
+worker therefore tells DBOS to poll none of its queues (`DBOS.listen_queues([])`) and claims them itself,
+with DBOS's own claim (`start_queued_workflows`) and dispatch (`execute_dequeued_workflow`), when:
+
+- a run is enqueued or re-enqueued on the queue (a trigger notifies `ff-enqueued::<queue>`; an enqueue that
+  commits wakes the worker within a few milliseconds);
+- a run of the queue ended here and the last claim had filled every free slot (there may be more queued);
+- the queue's row changed (`ff-queue::<queue>`: concurrency, polling interval - the row is reloaded);
+- with a global cap (DBOS_QUEUE_CONCURRENCY), a run ended anywhere (`ff-run-ended`) while the last claim
+  stopped at the cap;
+- and, as a safety net, every `safety_poll_seconds`: a run enqueued with a delay, and what was enqueued while
+  the database was away (notifications sent then are lost; DBOS's listener reconnects by itself).
+
+The notifications travel on DBOS's own channel and reach the claimers through DBOS's LISTEN connection (its
+map of waiters, keyed by payload): no connection of the worker's own, and no second listening backend for
+PostgreSQL to wake on every notification.
+
+Claims of one queue are still spaced at least the queue's polling interval apart, as DBOS spaces its polls,
+so a burst of enqueues costs what polling would and never more. One thread per queue claims, exactly as
+DBOS's queue thread would (never two at once, so the worker concurrency holds).
+
+The claim and dispatch are private functions of the pinned DBOS version (3.4.0); re-check them when it
+moves. Without LISTEN (local mode on SQLite) DBOS polls the queues itself, at their interval.
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+import threading
+import time
+from collections.abc import Callable
+from typing import Any
+
+from fireflow_worker.schema import ENQUEUED_PREFIX, QUEUE_CHANGED_PREFIX, RUN_ENDED
+
+log = logging.getLogger("fireflow.worker")
+
+# How long a claimer waits after a failed claim (the database away) before it tries again.
+RECONNECT_SECONDS = 1.0
+# How often a worker with every slot taken checks (in memory) whether one was freed.
+LOCAL_RECHECK_SECONDS = 0.01
+# How long a dispatched run that never started (DBOS refused it) still counts against the worker's slots.
+STARTING_FORGOTTEN_SECONDS = 30.0
+# How often the safety poll also reloads the queue's row (changes are otherwise notified).
+RELOAD_EVERY_SAFETY_POLLS = 10
+
+
+class QueueClaimer(threading.Thread):
+    """Claims runs of one queue whenever woken (or every `safety_poll_seconds`), at most once per polling
+    interval, and hands them to DBOS to execute."""
+
+    def __init__(self, dbos: Any, queue_name: str, safety_poll_seconds: float, stopped: threading.Event) -> None:
+        super().__init__(name=f"claim-{queue_name}", daemon=True)
+        self._dbos = dbos
+        self.queue_name = queue_name
+        self._safety = safety_poll_seconds
+        self._stopped = stopped
+        self._wake = threading.Event()
+        self._reload = True
+        self._queue: Any = None
+        # Every slot of this worker is taken: a run ending here makes room (checked locally, no database).
+        self._local_full = False
+        # The last claim met a global limit (the queue's cap): a run ending anywhere may make room.
+        self._capped = False
+        # Runs handed to DBOS that have not started yet: DBOS counts a run as active only once its thread
+        # runs, so without these a claim right after another could take the same free slots twice.
+        self._starting: dict[str, float] = {}
+        self._starting_lock = threading.Lock()
+        self.claims = 0
+
+    def run_started(self, run_id: str) -> None:
+        with self._starting_lock:
+            self._starting.pop(run_id, None)
+
+    def wake(self, reload: bool = False) -> None:
+        if reload:
+            self._reload = True
+        self._wake.set()
+
+    def run_ended(self) -> None:
+        if self._local_full or self._capped:
+            self._wake.set()
+
+    def run(self) -> None:
+        last_claim = 0.0
+        safety_polls = 0
+        next_safety = time.monotonic() + self._safety
+        while not self._stopped.is_set():
+            # While full, the room is re-checked often: DBOS counts a run as active a moment after its end.
+            timeout = LOCAL_RECHECK_SECONDS if self._local_full else max(0.0, next_safety - time.monotonic())
+            self._wake.wait(timeout)
+            self._wake.clear()
+            if self._stopped.is_set():
+                return
+            if time.monotonic() >= next_safety:  # the safety poll, busy or not; every tenth reloads the row
+                next_safety = time.monotonic() + self._safety
+                safety_polls += 1
+                if safety_polls % RELOAD_EVERY_SAFETY_POLLS == 0:
+                    self._reload = True
+            try:
+                self._load_queue()
+                if self._room() == 0:
+                    self._local_full = True
+                    continue
+                # Space claims at least one polling interval apart, as DBOS spaces its polls.
+                wait = last_claim + self._queue._polling_interval_sec - time.monotonic()
+                if wait > 0 and self._stopped.wait(wait):
+                    return
+                self._wake.clear()  # what woke us meanwhile is covered by the claim below
+                last_claim = time.monotonic()
+                self._claim()
+            except Exception as err:
+                if not self._stopped.is_set():
+                    log.warning("cannot claim runs of %s, retrying: %s", self.queue_name, _one_line(err))
+                    self._reload = True
+                    self._stopped.wait(RECONNECT_SECONDS)
+
+    def _room(self) -> int | None:
+        """Free slots of this worker on the queue (None: no per-worker limit)."""
+        limit = self._queue._worker_concurrency
+        if limit is None:
+            return None
+        running: int = self._dbos._active_workflows_set.count_for_queue(self.queue_name)
+        return max(0, int(limit) - running - self._not_started())
+
+    def _not_started(self) -> int:
+        """Runs dispatched but not started (one that never starts - DBOS refused it - is forgotten in a while)."""
+        expired = time.monotonic() - STARTING_FORGOTTEN_SECONDS
+        with self._starting_lock:
+            for run_id in [run_id for run_id, since in self._starting.items() if since < expired]:
+                del self._starting[run_id]
+            return len(self._starting)
+
+    def _load_queue(self) -> None:
+        if self._reload or self._queue is None:
+            latest = self._dbos._sys_db.get_queue(self.queue_name)
+            if latest is None:
+                raise RuntimeError(f"queue {self.queue_name} is not registered")
+            self._queue = latest
+            self._reload = False
+
+    def _claim(self) -> None:
+        """One claim, exactly as DBOS's queue thread makes it for a queue without partitions."""
+        from dbos._core import execute_dequeued_workflow  # noqa: PLC0415 - private, pinned version
+        from dbos._utils import GlobalParams, generate_uuid  # noqa: PLC0415
+
+        queue = self._queue
+        budget = self._room()
+        running = self._dbos._active_workflows_set.count_for_queue(queue.name) + self._not_started()
+        owner_xid = generate_uuid()
+        claimed, stop_reason = self._dbos._sys_db.start_queued_workflows(
+            queue, GlobalParams.executor_id, GlobalParams.app_version, None, running, owner_xid=owner_xid
+        )
+        self.claims += 1
+        self._local_full = budget is not None and len(claimed) >= budget
+        self._capped = stop_reason is not None
+        if not claimed:
+            return
+        found = {status["workflow_uuid"]: status for status in self._dbos._sys_db.get_workflow_statuses(claimed)}
+        now = time.monotonic()
+        with self._starting_lock:
+            self._starting.update(dict.fromkeys(claimed, now))
+        for run_id in claimed:
+            try:
+                status = found.get(run_id) or self._dbos._sys_db.get_workflow_status(run_id)
+                if status is None:
+                    raise RuntimeError("its status row is gone")
+                execute_dequeued_workflow(self._dbos, status, owner_xid)
+            except Exception as err:
+                self.run_started(run_id)  # it never will
+                log.error("cannot start run %s: %s", run_id, _one_line(err))
+
+
+class Dispatcher:
+    """The claimers of the served queues, woken through DBOS's own LISTEN connection."""
+
+    def __init__(self, dbos: Any, queue_names: list[str], safety_poll_seconds: float) -> None:
+        self.stopped = threading.Event()
+        self._dbos = dbos
+        self.claimers = {name: QueueClaimer(dbos, name, safety_poll_seconds, self.stopped) for name in queue_names}
+        self._signals: list[tuple[str, Any]] = []
+
+    def start(self) -> Dispatcher:
+        for name, claimer in self.claimers.items():
+            self._listen(ENQUEUED_PREFIX + name, claimer.wake)
+            self._listen(QUEUE_CHANGED_PREFIX + name, functools.partial(claimer.wake, reload=True))
+            claimer.start()
+            claimer.wake()  # claim what is already queued (runs recovered at launch among them)
+        self._listen(RUN_ENDED, self._any_run_ended)
+        return self
+
+    def stop(self) -> None:
+        self.stopped.set()
+        for key, signal in self._signals:
+            self._dbos._sys_db.notifications_map.pop(key, signal)
+        for claimer in self.claimers.values():
+            claimer.wake()  # out of its wait, to see `stopped`
+
+    def _listen(self, key: str, callback: Callable[[], None]) -> None:
+        """Have DBOS's listener call `callback` when a notification with this payload arrives."""
+        signal = _Signal(callback)
+        self._dbos._sys_db.notifications_map.add(key, signal, (key, "", None))
+        self._signals.append((key, signal))
+
+    def run_ended(self, queue_name: str) -> None:
+        """A run ended here. Its request names its queue when our client enqueued it; when it does not, any
+        claimer that stopped at its limit may have room now."""
+        claimer = self.claimers.get(queue_name)
+        for each in [claimer] if claimer is not None else self.claimers.values():
+            each.run_ended()
+
+    def run_started(self, run_id: str) -> None:
+        """A run started here (DBOS counts it as active from now on)."""
+        for claimer in self.claimers.values():
+            claimer.run_started(run_id)
+
+    def _any_run_ended(self) -> None:
+        """A run ended somewhere: under a global cap, a slot may have been freed."""
+        for claimer in self.claimers.values():
+            claimer.run_ended()
+
+    def problem(self) -> str | None:
+        """What is broken, for the watchdog: a claimer that stopped."""
+        if self.stopped.is_set():
+            return None
+        dead = [name for name, claimer in self.claimers.items() if not claimer.is_alive()]
+        if dead:
+            return f"the claim thread of {dead[0]} stopped: no run of it would be claimed"
+        return None
+
+
+def _signal_base() -> type:
+    from dbos._utils import LoopAwareEvent  # noqa: PLC0415 - private, pinned version
+
+    return LoopAwareEvent
+
+
+class _Signal(_signal_base()):  # type: ignore[misc]
+    """What DBOS's listener sets when our payload arrives: here, a call, never an event anyone waits on."""
+
+    def __init__(self, callback: Callable[[], None]) -> None:
+        super().__init__()
+        self._callback = callback
+
+    def set(self) -> None:
+        self._callback()
+
+
+def _one_line(err: BaseException) -> str:
+    return " ".join((str(err) or type(err).__name__).split())[:500]

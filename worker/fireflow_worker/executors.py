@@ -1,0 +1,177 @@
+"""Executing a run's nodes as DBOS steps: a chain step after step in the workflow's thread, a graph with
+independent branches concurrently on an event loop.
+
+Step ids must be the same every time a workflow executes, or recovery cannot match recorded steps. Both
+executors reserve one step id per node up front, in the plan's topological order, and run each node at its
+own reserved id; so a run recovered by either executor finds its recorded nodes where it left them.
+
+A durable sleep cannot happen inside a step (a restarted step would sleep again from zero). A node type
+marked `durable` asks for sleep through its context; the step records the wake-up time as its output and the
+executor sleeps the remainder, so after a crash only what is left is slept.
+
+A run is bounded (see `run_limits`): at most `max_parallel_nodes` of its node steps run at once, each output
+and the run's total are limited. A cancelled run stops at once: the cancel watcher wakes it (a sleep ends, a
+graph's node tasks are cancelled; a node step already running finishes unobserved and is not retried), and
+the workflow ends as DBOS's cancellation, freeing its slot.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import threading
+from typing import Any
+
+from dbos import DBOS, StepOptions
+from dbos import error as dbos_error
+
+from fireflow_worker.flow_plans import FlowPlan
+from fireflow_worker.flows.graph import resolve_params
+from fireflow_worker.node_step import EVENTS_STREAM, NodeCall, node_finished_event, now_ms, one_line, run_node_step
+from fireflow_worker.run_limits import OutputBudget
+from fireflow_worker.run_state import SETTINGS, RunFailedError
+
+
+class _UpstreamFailedError(Exception):
+    """A node that never ran because a node it depends on failed."""
+
+
+def _cancelled(run_id: str) -> dbos_error.DBOSWorkflowCancelledError:
+    return dbos_error.DBOSWorkflowCancelledError(f"Workflow {run_id} is cancelled. Stopping its nodes.")
+
+
+def _node_call(
+    plan: FlowPlan,
+    node_id: str,
+    inputs: dict[str, Any],
+    outputs: dict[str, Any],
+    run_id: str,
+    live: bool,
+    budget: OutputBudget,
+) -> tuple[StepOptions, NodeCall]:
+    """The node's step options and call, its params resolved against the inputs and its dependencies' outputs."""
+    limits = SETTINGS.limits
+    spec = plan.flow.nodes[node_id]
+    retry = plan.retries[node_id]
+    params = resolve_params(spec.params, inputs, outputs, limits.max_node_output_bytes)
+    call = NodeCall(run_id, node_id, spec.type, params, limits, budget, SETTINGS.is_cancelled, live)
+    options: StepOptions = {
+        "name": f"node:{node_id}",
+        "retries_allowed": retry.max_attempts > 1,
+        "max_attempts": retry.max_attempts,
+        "interval_seconds": retry.interval_seconds,
+        "backoff_rate": retry.backoff_rate,
+        "should_retry": call.should_retry,
+    }
+    return options, call
+
+
+def _node_failure(node_id: str, err: Exception) -> RunFailedError:
+    if isinstance(err, dbos_error.DBOSMaxStepRetriesExceeded):
+        last = one_line(err.errors[-1]) if err.errors else one_line(err)
+        return RunFailedError(f"node {node_id!r} failed after {len(err.errors)} attempts: {last}")
+    return RunFailedError(f"node {node_id!r} failed: {one_line(err)}")
+
+
+def execute_chain(plan: FlowPlan, inputs: dict[str, Any], run_id: str, live: bool) -> dict[str, Any]:
+    """A flow whose nodes depend on each other in one line: each node's step in turn, in this thread."""
+    reservations = [(node_id, DBOS.reserve_step()) for node_id in plan.order]
+    budget = OutputBudget(SETTINGS.limits.max_run_output_bytes)
+    outputs: dict[str, Any] = {}
+    cancelled = threading.Event()
+    watcher = SETTINGS.cancel_watcher
+    if watcher is not None:
+        watcher.watch(run_id, cancelled.set)
+    try:
+        for node_id, reservation in reservations:
+            if cancelled.is_set():
+                raise _cancelled(run_id)
+            try:
+                needed = {dep: outputs[dep] for dep in plan.deps[node_id]}
+                options, call = _node_call(plan, node_id, inputs, needed, run_id, live, budget)
+                result = reservation.run(options, run_node_step, call)
+            except Exception as err:
+                raise _node_failure(node_id, err) from None
+            budget.record(node_id, int(result.get("bytes", 0)))
+            if result.get("wake_at_ms"):
+                if cancelled.wait(max(0.0, (result["wake_at_ms"] - now_ms()) / 1000)):
+                    raise _cancelled(run_id)
+                if live:
+                    duration_ms = now_ms() - result.get("started_at_ms", now_ms())
+                    DBOS.write_stream(
+                        EVENTS_STREAM, node_finished_event(node_id, result.get("attempt", 1), duration_ms)
+                    )
+            outputs[node_id] = result["output"]
+    finally:
+        if watcher is not None:
+            watcher.unwatch(run_id)
+    return {node_id: outputs[node_id] for node_id in plan.outputs}
+
+
+async def execute_graph(plan: FlowPlan, inputs: dict[str, Any], run_id: str, live: bool) -> dict[str, Any]:
+    """Every node as soon as its dependencies finished, at most `max_parallel_nodes` at once."""
+    limits = SETTINGS.limits
+    reservations = {node_id: DBOS.reserve_step() for node_id in plan.order}
+    loop = asyncio.get_running_loop()
+    done: dict[str, asyncio.Future[Any]] = {node_id: loop.create_future() for node_id in plan.order}
+    budget = OutputBudget(limits.max_run_output_bytes)
+    slots = asyncio.Semaphore(limits.max_parallel_nodes)
+
+    async def run_one(node_id: str) -> None:
+        try:
+            outputs = {dep: await done[dep] for dep in plan.deps[node_id]}
+        except (RunFailedError, _UpstreamFailedError):
+            done[node_id].set_exception(_UpstreamFailedError(node_id))
+            return
+        try:
+            options, call = _node_call(plan, node_id, inputs, outputs, run_id, live, budget)
+            async with slots:
+                result = await reservations[node_id].run_async(options, run_node_step, call)
+        except Exception as err:
+            done[node_id].set_exception(_node_failure(node_id, err))
+            return
+        budget.record(node_id, int(result.get("bytes", 0)))
+        if result.get("wake_at_ms"):
+            await asyncio.sleep(max(0.0, (result["wake_at_ms"] - now_ms()) / 1000))
+            if live:
+                duration_ms = now_ms() - result.get("started_at_ms", now_ms())
+                finished = node_finished_event(node_id, result.get("attempt", 1), duration_ms)
+                await DBOS.write_stream_async(EVENTS_STREAM, finished)
+        done[node_id].set_result(result["output"])
+
+    tasks = [loop.create_task(run_one(node_id)) for node_id in plan.order]
+    await _until_done_or_cancelled(tasks, run_id)
+    failures = [f.exception() for f in done.values()]
+    first_failure = next((err for err in failures if isinstance(err, RunFailedError)), None)
+    if first_failure is not None:
+        raise first_failure
+    return {node_id: done[node_id].result() for node_id in plan.outputs}
+
+
+async def _until_done_or_cancelled(tasks: list[asyncio.Task[None]], run_id: str) -> None:
+    """Wait for every node task; if the run is cancelled meanwhile, stop them and end as DBOS's cancellation."""
+    everything: asyncio.Future[list[None]] = asyncio.gather(*tasks)
+    cancel_requested = asyncio.Event()
+    cancel_wait: asyncio.Future[Any] = asyncio.ensure_future(cancel_requested.wait())
+    watcher = SETTINGS.cancel_watcher
+    loop = asyncio.get_running_loop()
+    if watcher is not None:
+
+        def wake() -> None:
+            loop.call_soon_threadsafe(cancel_requested.set)
+
+        watcher.watch(run_id, wake)
+    try:
+        waited: set[asyncio.Future[Any]] = {everything, cancel_wait}
+        finished, _ = await asyncio.wait(waited, return_when=asyncio.FIRST_COMPLETED)
+        if everything not in finished:
+            raise _cancelled(run_id)
+        everything.result()  # what a node task raised past its own failure: DBOS's cancellation, seen by a step
+    finally:
+        if watcher is not None:
+            watcher.unwatch(run_id)
+        cancel_wait.cancel()
+        if not everything.done():
+            everything.cancel()
+            with contextlib.suppress(BaseException):
+                await everything

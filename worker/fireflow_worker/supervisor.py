@@ -1,0 +1,236 @@
+"""The supervisor of a pod's worker processes (`FIREFLOW_WORKER_PROCESSES` > 1): PID 1 of the container.
+
+It starts N complete workers (see processes.py for their executor ids), each serving its health endpoints on
+a loopback port of its own, and serves the pod's `/healthz`, `/readyz` and `/metrics` on the one port:
+healthy while every process answers its `/healthz`, ready only while every process is ready, and the
+metrics of all of them, each sample labelled `process="<k>"`.
+
+SIGTERM is forwarded to every process; each drains as a single worker would, and the supervisor exits once
+all have (SIGKILL to any still running after the drain timeout and a grace of a few seconds).
+
+A process that exits on its own (a crash, the OOM killer, a worker whose machinery broke) is not restarted
+here: the supervisor drains the others and exits with that process's status, so that Kubernetes restarts
+the pod. The kubelet then owns restarts, back-off and their count, which the operator and `kubectl` see; a
+restart loop inside the container would hide a crash loop from both. Nothing is lost: the drained
+processes' runs stay PENDING under their ids and every process recovers its own at the restart.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from http import HTTPStatus
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from types import FrameType
+
+from prometheus_client import Metric
+from prometheus_client.parser import text_string_to_metric_families
+
+from fireflow_worker.cli import SUPERVISOR_PID_ENV
+from fireflow_worker.config import WorkerConfig
+from fireflow_worker.local_postgres import free_port
+from fireflow_worker.processes import child_executor_id
+
+log = logging.getLogger("fireflow.supervisor")
+
+PROBE_TIMEOUT_SECONDS = 2.0
+# After the drain timeout, how long the supervisor still waits before it kills what is left.
+KILL_GRACE_SECONDS = 5.0
+
+
+@dataclass
+class Child:
+    index: int
+    executor_id: str | None
+    port: int
+    process: subprocess.Popen[bytes] | None = None
+
+    def get(self, path: str) -> tuple[int, str]:
+        try:
+            url = f"http://127.0.0.1:{self.port}{path}"
+            with urllib.request.urlopen(url, timeout=PROBE_TIMEOUT_SECONDS) as response:
+                return int(response.status), response.read().decode()
+        except urllib.error.HTTPError as err:
+            return int(err.code), err.read().decode()
+        except OSError as err:
+            return 0, f"not answering ({err})"
+
+
+def child_env(config: WorkerConfig, child: Child, environ: dict[str, str]) -> dict[str, str]:
+    """The environment of one worker process: the pod's, with its own id and a loopback health port."""
+    env = dict(environ)
+    env.pop("DBOS__VMID", None)
+    if child.executor_id is not None:
+        env["FIREFLOW_WORKER_ID"] = child.executor_id
+    env["FIREFLOW_WORKER_PROCESSES"] = "1"
+    env["FIREFLOW_HEALTH_HOST"] = "127.0.0.1"
+    env["FIREFLOW_HEALTH_PORT"] = str(child.port)
+    env[SUPERVISOR_PID_ENV] = str(os.getpid())
+    return env
+
+
+class Supervisor:
+    def __init__(self, config: WorkerConfig, processes: int) -> None:
+        self.config = config
+        self.children = [Child(k, child_executor_id(config.worker_id, k), free_port()) for k in range(processes)]
+        self.draining = threading.Event()
+        self._pool = ThreadPoolExecutor(max_workers=max(4, processes), thread_name_prefix="probe")
+
+    def start(self) -> None:
+        for child in self.children:
+            env = child_env(self.config, child, dict(os.environ))
+            child.process = subprocess.Popen([sys.executable, "-m", "fireflow_worker", "run"], env=env)
+            log.info(
+                "started worker process %d (executor %s, pid %d)", child.index, child.executor_id, child.process.pid
+            )
+
+    def _each(self, path: str) -> list[tuple[int, str]]:
+        return list(self._pool.map(lambda child: child.get(path), self.children))
+
+    def healthz(self) -> tuple[int, str]:
+        answers = self._each("/healthz")
+        sick = [f"process {k}: {text.strip()}" for k, (code, text) in enumerate(answers) if code != HTTPStatus.OK]
+        return (HTTPStatus.SERVICE_UNAVAILABLE, "; ".join(sick) + "\n") if sick else (HTTPStatus.OK, "ok\n")
+
+    def readyz(self) -> tuple[int, str]:
+        if self.draining.is_set():
+            return HTTPStatus.SERVICE_UNAVAILABLE, "draining\n"
+        answers = self._each("/readyz")
+        waiting = [f"process {k}: {text.strip()}" for k, (code, text) in enumerate(answers) if code != HTTPStatus.OK]
+        if waiting:
+            return HTTPStatus.SERVICE_UNAVAILABLE, "; ".join(waiting) + "\n"
+        return HTTPStatus.OK, f"ready ({len(self.children)} processes)\n"
+
+    def metrics(self) -> bytes:
+        """Every process's metrics, each sample labelled with its process index."""
+        merged: dict[str, Metric] = {}
+        for index, (code, text) in enumerate(self._each("/metrics")):
+            if code != HTTPStatus.OK:
+                continue
+            for family in text_string_to_metric_families(text):
+                into = merged.setdefault(family.name, Metric(family.name, family.documentation, family.type))
+                for sample in family.samples:
+                    labels = {**sample.labels, "process": str(index)}
+                    into.add_sample(sample.name, labels, sample.value, sample.timestamp, sample.exemplar)
+        return b"".join(_exposition(metric) for metric in merged.values())
+
+    def forward(self, signum: int) -> None:
+        for child in self.children:
+            if child.process is not None and child.process.poll() is None:
+                child.process.send_signal(signum)
+
+    def wait(self, stop: threading.Event) -> int:
+        """Until SIGTERM (then drain all) or a process's own exit (then drain the others); the exit status."""
+        while not stop.wait(0.2):
+            exited = next((c for c in self.children if c.process is not None and c.process.poll() is not None), None)
+            if exited is not None:
+                assert exited.process is not None
+                status = _exit_status(exited.process.returncode)
+                log.error(
+                    "worker process %d (executor %s) exited with status %d: draining the others and exiting with "
+                    "it, so that the pod is restarted",
+                    exited.index,
+                    exited.executor_id,
+                    status,
+                )
+                self._drain()
+                return status or 1
+        self._drain()
+        return 0
+
+    def _drain(self) -> None:
+        self.draining.set()
+        self.forward(signal.SIGTERM)
+        deadline = time.monotonic() + self.config.drain_timeout_ms / 1000 + KILL_GRACE_SECONDS
+        for child in self.children:
+            assert child.process is not None
+            try:
+                child.process.wait(timeout=max(0.1, deadline - time.monotonic()))
+            except subprocess.TimeoutExpired:
+                log.warning("worker process %d did not stop after the drain timeout: killing it", child.index)
+                child.process.kill()
+                child.process.wait()
+
+
+def _exit_status(returncode: int) -> int:
+    """A child's exit status as a shell reports it (128 + signal for a killed one)."""
+    return 128 - returncode if returncode < 0 else returncode
+
+
+def _exposition(metric: Metric) -> bytes:
+    from prometheus_client.exposition import generate_latest  # noqa: PLC0415
+
+    class _One:
+        def collect(self) -> Iterator[Metric]:
+            yield metric
+
+    return generate_latest(_One())
+
+
+def run_supervisor(config: WorkerConfig, processes: int) -> int:
+    """Run `processes` workers until SIGTERM or until one exits; returns the supervisor's exit status."""
+    logging.basicConfig(
+        level=config.log_level, stream=sys.stderr, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
+    )
+    supervisor = Supervisor(config, processes)
+    stop = threading.Event()
+
+    def on_signal(signum: int, _frame: FrameType | None) -> None:
+        log.info("received %s: draining %d worker processes", signal.Signals(signum).name, processes)
+        supervisor.draining.set()
+        stop.set()
+
+    signal.signal(signal.SIGTERM, on_signal)
+    signal.signal(signal.SIGINT, on_signal)
+    server = ThreadingHTTPServer((config.health_host, config.health_port), _handler_for(supervisor))
+    server.daemon_threads = True
+    threading.Thread(target=server.serve_forever, name="health-server", daemon=True).start()
+    log.info(
+        "supervising %d worker processes (executors %s), health on port %d",
+        processes,
+        ", ".join(str(c.executor_id) for c in supervisor.children),
+        server.server_address[1],
+    )
+    supervisor.start()
+    status = supervisor.wait(stop)
+    log.info("stopped (status %d)", status)
+    server.shutdown()
+    return status
+
+
+def _handler_for(supervisor: Supervisor) -> type[BaseHTTPRequestHandler]:
+    class Handler(BaseHTTPRequestHandler):
+        def do_GET(self) -> None:
+            path = self.path.split("?", 1)[0]
+            if path == "/healthz":
+                code, text = supervisor.healthz()
+                self._reply(code, text.encode(), "text/plain")
+            elif path == "/readyz":
+                code, text = supervisor.readyz()
+                self._reply(code, text.encode(), "text/plain")
+            elif path == "/metrics":
+                self._reply(HTTPStatus.OK, supervisor.metrics(), "text/plain; version=0.0.4; charset=utf-8")
+            else:
+                self._reply(HTTPStatus.NOT_FOUND, b"not found\n", "text/plain")
+
+        def _reply(self, status: int, body: bytes, content_type: str) -> None:
+            self.send_response(status)
+            self.send_header("Content-Type", content_type)
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, format: str, *args: object) -> None:
+            """Probes every few seconds would drown the log."""
+
+    return Handler
