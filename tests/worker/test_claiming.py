@@ -142,9 +142,13 @@ def test_should_finish_every_run_and_listen_again_after_a_database_outage(own_se
         time.sleep(3)
         own_server.start()
         with FireflowClient(url) as client:
+            # Enqueued at once, most likely before DBOS's listener is back (its notification is then lost):
+            # the worker claims it when the listener reconnects, long before the safety poll.
+            during = client.enqueue(flows.greet_flow(), inputs={"who": "early"})
             for run_id in before:
                 assert client.result(run_id, timeout_seconds=120) == {"nap": {"slept_seconds": 2}}
-            # DBOS's listener is back, our wake-up still registered: a new run is claimed long before the safety poll.
+            assert client.result(during, timeout_seconds=NOTIFIED_WITHIN) == {"hello": "Hello early"}
+            # The listener is back, our wake-up still registered: a new run is claimed long before the safety poll.
             after = client.enqueue(flows.greet_flow(), inputs={"who": "back"})
             assert client.result(after, timeout_seconds=NOTIFIED_WITHIN) == {"hello": "Hello back"}
         assert worker.get("/readyz")[0] == 200

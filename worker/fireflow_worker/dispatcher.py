@@ -12,8 +12,8 @@ with DBOS's own claim (`start_queued_workflows`) and dispatch (`execute_dequeued
 - the queue's row changed (`ff-queue::<queue>`: concurrency, polling interval - the row is reloaded);
 - with a global cap (DBOS_QUEUE_CONCURRENCY), a run ended anywhere (`ff-run-ended`) while the last claim
   stopped at the cap;
-- and, as a safety net, every `safety_poll_seconds`: a run enqueued with a delay, and what was enqueued while
-  the database was away (notifications sent then are lost; DBOS's listener reconnects by itself).
+- DBOS's listener reconnected (after a database outage): notifications sent while it was away are lost;
+- and, as a safety net, every `safety_poll_seconds`: a run enqueued with a delay, and anything else missed.
 
 The notifications travel on DBOS's own channel and reach the claimers through DBOS's LISTEN connection (its
 map of waiters, keyed by payload): no connection of the worker's own, and no second listening backend for
@@ -48,6 +48,8 @@ LOCAL_RECHECK_SECONDS = 0.01
 STARTING_FORGOTTEN_SECONDS = 30.0
 # How often the safety poll also reloads the queue's row (changes are otherwise notified).
 RELOAD_EVERY_SAFETY_POLLS = 10
+# How often DBOS's listening connection is looked at (in memory) to notice that it reconnected.
+LISTENER_CHECK_SECONDS = 0.5
 
 
 class QueueClaimer(threading.Thread):
@@ -184,6 +186,7 @@ class Dispatcher:
         self._dbos = dbos
         self.claimers = {name: QueueClaimer(dbos, name, safety_poll_seconds, self.stopped) for name in queue_names}
         self._signals: list[tuple[str, Any]] = []
+        self._listener_watch = threading.Thread(target=self._watch_listener, name="claim-listener", daemon=True)
 
     def start(self) -> Dispatcher:
         for name, claimer in self.claimers.items():
@@ -192,7 +195,25 @@ class Dispatcher:
             claimer.start()
             claimer.wake()  # claim what is already queued (runs recovered at launch among them)
         self._listen(RUN_ENDED, self._any_run_ended)
+        self._listener_watch.start()
         return self
+
+    def _watch_listener(self) -> None:
+        """Wake every claimer when DBOS's listener has a new connection: what was notified while it had none
+        (a database outage, a dropped connection) is lost, and waiting for the safety poll would leave those
+        runs queued for up to its interval."""
+        sys_db = self._dbos._sys_db
+        seen = getattr(sys_db, "notification_conn", None)
+        while not self.stopped.wait(LISTENER_CHECK_SECONDS):
+            current = getattr(sys_db, "notification_conn", None)
+            if current is seen or current is None:
+                continue
+            seen = current
+            with sys_db._listener_thread_lock:  # held by the listener until its LISTEN statements ran
+                pass
+            log.info("DBOS's listener reconnected: claiming what may have been enqueued meanwhile")
+            for claimer in self.claimers.values():
+                claimer.wake(reload=True)
 
     def stop(self) -> None:
         self.stopped.set()
@@ -231,6 +252,8 @@ class Dispatcher:
         dead = [name for name, claimer in self.claimers.items() if not claimer.is_alive()]
         if dead:
             return f"the claim thread of {dead[0]} stopped: no run of it would be claimed"
+        if self._listener_watch.ident is not None and not self._listener_watch.is_alive():
+            return "the listener watch stopped: runs enqueued during a database outage would wait for the safety poll"
         return None
 
 
