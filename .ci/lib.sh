@@ -58,7 +58,7 @@ wait_background() {
 # the node rootfs) in the background while the control plane's Go build runs.
 build_images_beside_the_control_plane() {
     say "building (cached by version): the Debian images beside the control plane (Go)"
-    in_background images bash tests/kube/build-images.sh
+    in_background images bash tests/kube/build-images.sh --test-images
     in_background node-rootfs bash tests/kube/build-kind-node.sh rootfs
     bash tests/kube/build-control-plane.sh
 }

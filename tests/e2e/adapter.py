@@ -4,6 +4,11 @@ the databases and the trace server are the same code on both.
 - Worker image. Local: `fireflow-worker:1` and `:2`, which the process node runs as the venv's console
   script. kind: the image built from Dockerfile.worker, loaded under its own tag and as `…:e2e-2` (the same
   image id), so an "upgrade" is a change of image reference with the same code behind it.
+- The real upgrade (kind only): the worker image built again on an older dbos release, whose schema is older,
+  so upgrading from it to the project's image migrates for real. Locally there is one venv, one dbos: the
+  upgrade scenario records an older schema version instead (`set_schema_behind`).
+- A bad image (its worker exits at start). Local: `fireflow-worker-crashing`, which the process node runs as
+  tests/kube/crashing-worker.sh. kind: that script built in front of the worker image's entry point.
 - Operator image. Local: `fireflow-operator:dev` (the console script). kind: the image built from
   Dockerfile.operator.
 - Operator values. Local: kopf's health port on a free port (every local pod shares 127.0.0.1). kind: the
@@ -33,6 +38,8 @@ class Images:
     operator_tag: str
     worker_v1: str  # the pools' image
     worker_v2: str  # the "upgrade": same code, another reference
+    worker_crashing: str  # migrates like the worker; its worker exits at start
+    worker_older_dbos: str | None = None  # the worker on an older dbos (kind), None where it cannot be built
 
 
 class ClusterAdapter(ABC):
@@ -59,7 +66,9 @@ class ClusterAdapter(ABC):
 
 class LocalAdapter(ClusterAdapter):
     def images(self) -> Images:
-        return Images("fireflow-operator", "dev", "fireflow-worker:1", "fireflow-worker:2")
+        return Images(
+            "fireflow-operator", "dev", "fireflow-worker:1", "fireflow-worker:2", "fireflow-worker-crashing:1"
+        )
 
     def operator_values(self) -> Json:
         return {"operator": {"healthPort": free_port()}}
@@ -72,7 +81,14 @@ class KindAdapter(ClusterAdapter):
         upgrade = f"{worker.rpartition(':')[0]}:{UPGRADE_TAG}"
         subprocess.run(["docker", "tag", worker, upgrade], check=True)
         self.cluster.load(upgrade)
-        return Images(operator_repository, operator_tag, worker, upgrade)
+        return Images(
+            operator_repository,
+            operator_tag,
+            worker,
+            upgrade,
+            worker_crashing=self.cluster.image("fireflow-worker-crashing"),
+            worker_older_dbos=self.cluster.image("fireflow-worker-older-dbos"),
+        )
 
 
 def adapter_for(cluster: Cluster) -> ClusterAdapter:

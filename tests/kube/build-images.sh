@@ -37,14 +37,54 @@ build_project_image() {
     log "$name: built $tag from $dockerfile in $((SECONDS - t))s"
 }
 
+# The upgrade e2e's "before" image: the same worker and Dockerfile, its dbos pinned to an older release whose
+# schema is older, so the upgrade migrates for real (tests/e2e/test_upgrade_scenarios.py).
+build_older_dbos_worker() {
+    local python_image="$1" context tag="fireflow-worker:$(project_version)-dbos-$OLDER_DBOS_VERSION" t=$SECONDS
+    local build_arg=() build_log="$logs_dir/fireflow-worker-older-dbos.build.log"
+    [[ -z "$python_image" ]] || build_arg=(--build-arg "PYTHON_IMAGE=$python_image")
+    context="$(mktemp -d)"
+    (cd "$repo" && tar -c --exclude=__pycache__ --exclude='*.egg-info' .dockerignore pyproject.toml README.md \
+        .ci/constraints.txt worker operator) | tar -x -C "$context"
+    sed -i "s/\"dbos==[0-9.]*\"/\"dbos==$OLDER_DBOS_VERSION\"/" "$context/pyproject.toml"
+    sed -i "s/^dbos==.*/dbos==$OLDER_DBOS_VERSION/" "$context/.ci/constraints.txt"
+    local status=0
+    docker build --network host "${build_arg[@]}" -f "$repo/Dockerfile.worker" -t "$tag" "$context" \
+        >"$build_log" 2>&1 || status=$?
+    rm -rf "$context"
+    if ((status != 0)); then
+        log "fireflow-worker (dbos $OLDER_DBOS_VERSION): docker build failed; last lines of $build_log:"
+        tail -n 30 "$build_log" >&2
+        return 1
+    fi
+    log "fireflow-worker (dbos $OLDER_DBOS_VERSION): built $tag in $((SECONDS - t))s"
+}
+
+# The rollback e2e's bad image: migrates like the worker, its worker exits at start (tests/kube/crashing-worker.sh
+# in front of the real entry point on PATH).
+build_crashing_worker() {
+    local worker="$1" tag="fireflow-worker-crashing:$(project_version)"
+    if ! docker build --network none -t "$tag" -f - "$here" >"$logs_dir/fireflow-worker-crashing.build.log" 2>&1 <<EOF
+FROM $worker
+COPY crashing-worker.sh /opt/fireflow-crashing/bin/fireflow-worker
+ENV PATH=/opt/fireflow-crashing/bin:\$PATH FIREFLOW_REAL_WORKER=/opt/fireflow/bin/fireflow-worker
+EOF
+    then
+        log "fireflow-worker-crashing: docker build failed; see $logs_dir/fireflow-worker-crashing.build.log"
+        return 1
+    fi
+    log "fireflow-worker-crashing: built $tag"
+}
+
 size_mb() { docker image inspect --format '{{.Size}}' "$1" | awk '{printf "%d MB", $1 / 1000000}'; }
 
 main() {
-    local base=debian
+    local base=debian test_images=0
     while (($#)); do
         case "$1" in
             --base) base="$2"; shift 2 ;;
-            *) log "usage: $0 [--base debian|official]"; exit 2 ;;
+            --test-images) test_images=1; shift ;;
+            *) log "usage: $0 [--base debian|official] [--test-images]"; exit 2 ;;
         esac
     done
     ensure_docker
@@ -64,9 +104,12 @@ main() {
     # Both images in parallel: most of a build is pip waiting on the network.
     build_project_image fireflow-worker Dockerfile.worker "$build_arg" & local worker=$!
     build_project_image fireflow-operator Dockerfile.operator "$build_arg" & local operator=$!
+    local older=""
+    if ((test_images)); then build_older_dbos_worker "$build_arg" & older=$!; fi
     local failed=0
     wait "$worker" || failed=1
     wait "$operator" || failed=1
+    [[ -z "$older" ]] || wait "$older" || failed=1
     ((failed == 0)) || exit 1
     local version
     version="$(project_version)"
@@ -75,6 +118,11 @@ main() {
     echo "PYTHON_IMAGE=$python_image"
     echo "WORKER_IMAGE=fireflow-worker:$version"
     echo "OPERATOR_IMAGE=fireflow-operator:$version"
+    if ((test_images)); then
+        build_crashing_worker "fireflow-worker:$version"
+        echo "OLDER_DBOS_WORKER_IMAGE=fireflow-worker:$version-dbos-$OLDER_DBOS_VERSION"
+        echo "CRASHING_WORKER_IMAGE=fireflow-worker-crashing:$version"
+    fi
 }
 
 main "$@"

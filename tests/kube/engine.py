@@ -76,16 +76,26 @@ class ProjectImages:
     python: str  # the PYTHON_IMAGE both were built on (also the tests' small-server image on kind)
     worker: str
     operator: str
+    # The e2e's test images (`test_images`): the worker on an older dbos (a real migration to upgrade across)
+    # and a worker that crashes at start (a bad rollout).
+    older_dbos_worker: str | None = None
+    crashing_worker: str | None = None
 
 
 @functools.cache  # once per process: a second build would only confirm Docker's layer cache
-def build_project_images(base: str = "debian") -> ProjectImages:
+def build_project_images(base: str = "debian", test_images: bool = False) -> ProjectImages:
     """Dockerfile.worker and Dockerfile.operator built on the Debian base made here, or on the Dockerfiles'
-    pinned official base (`official`, where a registry is reachable)."""
+    pinned official base (`official`, where a registry is reachable); with `test_images`, the e2e's too."""
     if base not in BASES:
         raise ValueError(f"image base is one of {BASES}, not {base!r}")
-    found = run_script("build-images.sh", "--base", base)
-    return ProjectImages(python=found["PYTHON_IMAGE"], worker=found["WORKER_IMAGE"], operator=found["OPERATOR_IMAGE"])
+    found = run_script("build-images.sh", "--base", base, *(["--test-images"] if test_images else []))
+    return ProjectImages(
+        python=found["PYTHON_IMAGE"],
+        worker=found["WORKER_IMAGE"],
+        operator=found["OPERATOR_IMAGE"],
+        older_dbos_worker=found.get("OLDER_DBOS_WORKER_IMAGE"),
+        crashing_worker=found.get("CRASHING_WORKER_IMAGE"),
+    )
 
 
 @dataclass(frozen=True)

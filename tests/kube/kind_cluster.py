@@ -39,9 +39,15 @@ class KindCluster(Cluster):
     mode = "kind"
 
     def __init__(
-        self, name: str, keep: bool, kind_bin: str | None, node_image: str | None, image_base: str = "debian"
+        self,
+        name: str,
+        keep: bool,
+        kind_bin: str | None,
+        node_image: str | None,
+        image_base: str = "debian",
+        test_images: bool = False,
     ) -> None:
-        self.name, self.keep, self.image_base = name, keep, image_base
+        self.name, self.keep, self.image_base, self.test_images = name, keep, image_base, test_images
         self.kind_bin = Path(kind_bin) if kind_bin else None
         self.node_image = node_image or OFFLINE_NODE
         self.workdir = (REPO_ROOT / ".pytest-kind" / name).resolve()
@@ -65,7 +71,7 @@ class KindCluster(Cluster):
 
         ENGINE.up()
         self._engine_up = True
-        self.images = build_project_images(self.image_base)
+        self.images = build_project_images(self.image_base, self.test_images)
         self.test_image = self.images.python
         offline = self.node_image == OFFLINE_NODE
         if offline:
@@ -89,8 +95,16 @@ class KindCluster(Cluster):
                                        check=True).stdout.split():  # fmt: skip
             handle.delete()
         handle.create(config_file=config)
-        for reference in (self.images.worker, self.images.operator, self.images.python):
-            handle.load_docker_image(reference)
+        images = self.images
+        for reference in (
+            images.worker,
+            images.operator,
+            images.python,
+            images.older_dbos_worker,
+            images.crashing_worker,
+        ):
+            if reference is not None:
+                handle.load_docker_image(reference)
         self.api = kube_config.new_client_from_config(config_file=str(self.kubeconfig))  # type: ignore[no-untyped-call]
         self.host_address, self.host_network = gateway()
         self._wait_node_ready()
@@ -123,7 +137,15 @@ class KindCluster(Cluster):
 
     def image(self, name: str) -> str:
         assert self.images is not None
-        return {"fireflow-worker": self.images.worker, "fireflow-operator": self.images.operator}[name]
+        found = {
+            "fireflow-worker": self.images.worker,
+            "fireflow-operator": self.images.operator,
+            "fireflow-worker-older-dbos": self.images.older_dbos_worker,
+            "fireflow-worker-crashing": self.images.crashing_worker,
+        }[name]
+        if found is None:
+            raise LookupError(f"{name} was not built for this cluster (KindCluster(test_images=True) builds it)")
+        return found
 
     def logs(self, namespace: str, pod: str) -> str:
         chunks = []

@@ -85,6 +85,7 @@ def _start_cluster(config: pytest.Config) -> Cluster:
                 kind_bin=config.getoption("kind_bin", None),
                 node_image=config.getoption("kind_image", None),
                 image_base=str(config.getoption("--image-base")),
+                test_images=True,
             ).start()
         except ScriptError as error:
             failure = str(error)
@@ -119,7 +120,8 @@ def project_images(pytestconfig: pytest.Config) -> Iterator[ProjectImages]:
         failure = str(error)
     else:
         try:
-            images = build_project_images(str(pytestconfig.getoption("--image-base")))
+            # With the e2e's test images: the kind cluster of the same run asks for them, and this is one build.
+            images = build_project_images(str(pytestconfig.getoption("--image-base")), test_images=True)
         except ScriptError as error:
             ENGINE.down()
             failure = str(error)
