@@ -12,7 +12,6 @@ from the step records; see `run_events`). Only a run asking for `live` events wr
 
 from __future__ import annotations
 
-import asyncio
 import time
 from typing import Any
 
@@ -20,7 +19,7 @@ from dbos import DBOS, StepOptions
 from dbos import error as dbos_error
 from prometheus_client import Counter
 
-from fireflow_worker import metrics, queues
+from fireflow_worker import dbos_compat, metrics, queues
 from fireflow_worker.executors import execute_chain, execute_graph
 from fireflow_worker.flow_plans import FlowPlan, PlanCache
 from fireflow_worker.flow_store import FlowNotFoundError
@@ -106,7 +105,7 @@ def _run(request: Any, run_id: str) -> dict[str, Any]:
         if plan.is_chain:  # in this workflow's thread, step after step: no event loop, no task per node
             result = execute_chain(plan, inputs, run_id, live)
         else:  # independent branches run concurrently, on an event loop of this workflow's own
-            result = asyncio.run(execute_graph(plan, inputs, run_id, live))
+            result = dbos_compat.run_on_own_loop(execute_graph(plan, inputs, run_id, live))
     except Exception as err:
         failure = err if isinstance(err, RunFailedError) else RunFailedError(f"{type(err).__name__}: {one_line(err)}")
         if live:

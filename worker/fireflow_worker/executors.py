@@ -25,7 +25,7 @@ from typing import Any
 from dbos import DBOS, StepOptions
 from dbos import error as dbos_error
 
-from fireflow_worker import step_ids
+from fireflow_worker import dbos_compat
 from fireflow_worker.flow_plans import FlowPlan
 from fireflow_worker.flows.graph import resolve_params
 from fireflow_worker.node_step import EVENTS_STREAM, NodeCall, node_finished_event, now_ms, one_line, run_node_step
@@ -76,7 +76,7 @@ def _node_failure(node_id: str, err: Exception) -> RunFailedError:
 
 def execute_chain(plan: FlowPlan, inputs: dict[str, Any], run_id: str, live: bool) -> dict[str, Any]:
     """A flow whose nodes depend on each other in one line: each node's step in turn, in this thread."""
-    reservations = [(node_id, step_ids.reserve_in_order()) for node_id in plan.order]
+    reservations = [(node_id, dbos_compat.reserve_in_order()) for node_id in plan.order]
     budget = OutputBudget(SETTINGS.limits.max_run_output_bytes)
     outputs: dict[str, Any] = {}
     cancelled = threading.Event()
@@ -112,7 +112,7 @@ def execute_chain(plan: FlowPlan, inputs: dict[str, Any], run_id: str, live: boo
 async def execute_graph(plan: FlowPlan, inputs: dict[str, Any], run_id: str, live: bool) -> dict[str, Any]:
     """Every node as soon as its dependencies finished, at most `max_parallel_nodes` at once."""
     limits = SETTINGS.limits
-    reservations = {node_id: step_ids.reserve() for node_id in plan.order}
+    reservations = {node_id: dbos_compat.reserve() for node_id in plan.order}
     loop = asyncio.get_running_loop()
     done: dict[str, asyncio.Future[Any]] = {node_id: loop.create_future() for node_id in plan.order}
     budget = OutputBudget(limits.max_run_output_bytes)

@@ -1,18 +1,40 @@
-"""Each node's step id drawn up front, so a run's ids do not depend on which node finished first.
+"""What the engine needs from dbos that differs between the releases the worker is built on.
 
-The worker pins dbos 3.4.0, whose `DBOS.reserve_step` does exactly this. The upgrade e2e on kind also builds the
-worker on dbos 3.3.0 (an older schema, to migrate from for real), which has no `reserve_step`; there, a graph's
-reservation is the workflow's step context snapshotted now (what `reserve_step` does inside) and run by 3.3's
-async step runner, and a chain's step draws its id when it runs, which for nodes run one after another in
-order gives the same ids.
+The worker pins dbos 3.4.0. The upgrade e2e on kind also builds it on dbos 3.3.0 (an older schema, to migrate
+from for real), and two things differ there:
+
+- Step ids drawn up front (so a run's ids do not depend on which node finished first): 3.4 has
+  `DBOS.reserve_step`; 3.3 has not, so a graph's reservation is the workflow's step context snapshotted now
+  (what `reserve_step` does inside) run by 3.3's async step runner, and a chain's step draws its id when it
+  runs, which for nodes run one after another in order gives the same ids.
+- A graph's own event loop: 3.3 makes DBOS's thread pool the default executor of any loop it runs an async
+  call on, and closing a loop shuts its default executor down, so `asyncio.run` would shut DBOS's pool down.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from typing import Any, Protocol, cast
+import asyncio
+from collections.abc import Callable, Coroutine
+from typing import Any, Protocol, TypeVar, cast
 
 from dbos import DBOS, StepOptions
+
+R = TypeVar("R")
+
+
+def run_on_own_loop(coro: Coroutine[Any, Any, R]) -> R:
+    """`asyncio.run`, except that an executor the loop was given (DBOS's pool, by dbos 3.3) is not shut down."""
+    loop = asyncio.new_event_loop()
+    try:
+        return loop.run_until_complete(coro)
+    finally:
+        from dbos._dbos import _get_dbos_instance  # noqa: PLC0415 - private, pinned version
+
+        if getattr(loop, "_default_executor", None) is _get_dbos_instance()._executor_field:
+            loop._default_executor = None  # type: ignore[attr-defined]  # DBOS's pool: not this loop's to shut down
+        loop.run_until_complete(loop.shutdown_asyncgens())
+        loop.run_until_complete(loop.shutdown_default_executor())
+        loop.close()
 
 
 class Reservation(Protocol):
