@@ -68,6 +68,15 @@ class WorkerProcess:
             time.sleep(0.1)
         raise AssertionError(f"worker not ready after {timeout}s:\n{self.output()}")
 
+    def not_ready(self) -> bool:
+        """/readyz says 503, or nothing answers it any more because the worker has already exited (a drain can
+        end between two polls of a busy machine)."""
+        assert self.process is not None
+        try:
+            return self.get("/readyz")[0] == 503
+        except OSError:
+            return self.process.poll() is not None
+
     def wait_exit(self, timeout: float = 60) -> int:
         assert self.process is not None
         return self.process.wait(timeout=timeout)

@@ -93,7 +93,7 @@ def test_should_finish_short_runs_and_leave_long_ones_pending_when_sigterm_drain
         what="both runs to start",
     )
     worker.terminate()
-    _wait_for(lambda: worker.get("/readyz")[0] == 503, what="readiness to drop")
+    _wait_for(worker.not_ready, what="readiness to drop")
     assert worker.wait_exit(timeout=30) == 0
     assert _row(migrated_url, short)[0] == "SUCCESS"
     assert _row(migrated_url, long) == ("PENDING", "worker-a")
@@ -110,7 +110,7 @@ def test_should_not_claim_new_runs_once_sigterm_arrived(
     busy = client.enqueue(flows.sleep_flow(2.5))
     _wait_for(lambda: _row(migrated_url, busy)[0] == "PENDING", what="the run to start")
     worker.terminate()
-    _wait_for(lambda: worker.get("/readyz")[0] == 503, what="readiness to drop")
+    _wait_for(worker.not_ready, what="readiness to drop")
     late = client.enqueue(flows.sleep_flow(0))
     assert worker.wait_exit(timeout=30) == 0
     assert _row(migrated_url, busy)[0] == "SUCCESS"
@@ -135,5 +135,5 @@ def test_should_drain_when_sigterm_lands_on_another_thread_than_the_main_one(sta
     pid = worker.process.pid
     other = next(int(task.name) for task in Path(f"/proc/{pid}/task").iterdir() if int(task.name) != pid)
     _signal_thread(pid, other, signal.SIGTERM)
-    _wait_for(lambda: worker.get("/readyz")[0] == 503, timeout=30, what="readiness to drop")
+    _wait_for(worker.not_ready, timeout=30, what="readiness to drop")
     assert worker.wait_exit(timeout=30) == 0
