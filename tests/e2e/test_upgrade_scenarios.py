@@ -23,6 +23,7 @@ from tests.e2e.runs import WAIT, set_schema_behind, sleep_flow
 from tests.e2e.watch import Observed
 from tests.kube import rawapi
 from tests.operator.conftest import condition, wait_until
+from tests.operator.recorder import fewest_alive
 from tests.operator.upgrade_traffic import Traffic
 
 
@@ -60,22 +61,8 @@ def _restart_operator(operator: OperatorRelease) -> None:
                     operator.namespace, grace_period_seconds=0)  # fmt: skip
 
 
-def _workers_alive(events: list[Observed], start: int, end: int) -> int:
-    """The fewest worker pods that existed at any moment between resourceVersions start and end."""
-    live: set[str] = set()
-    fewest: int | None = None
-    for event in events:
-        if event.kind != "Pod" or "-apply-" in event.name or "-plan-" in event.name:
-            continue
-        if event.rv > end:
-            break
-        if event.rv >= start:
-            fewest = len(live) if fewest is None else min(fewest, len(live))
-        if event.type == "DELETED":
-            live.discard(event.name)
-        else:
-            live.add(event.name)
-    return len(live) if fewest is None else min(fewest, len(live))
+def _worker_pods(events: list[Observed]) -> list[Observed]:
+    return [e for e in events if e.kind == "Pod" and "-apply-" not in e.name and "-plan-" not in e.name]
 
 
 def test_should_keep_a_steady_stream_flowing_while_an_online_migration_upgrades_the_pool(stage: Stage) -> None:
@@ -108,10 +95,9 @@ def test_should_keep_a_steady_stream_flowing_while_an_online_migration_upgrades_
     applies = [e for e in events if e.kind == "Job" and "-apply-" in e.name and e.image == new]
     assert applies, "the upgrade applied a migration with the new image"
     started, ended = applies[0].rv, min(e.rv for e in applies if "Complete" in e.done)
-    first_new = min(e.rv for e in events if e.kind == "Pod" and e.image == new and "-apply-" not in e.name
-                    and "-plan-" not in e.name)  # fmt: skip
+    first_new = min(e.rv for e in _worker_pods(events) if e.image == new)
     assert first_new > ended, "a worker of the new image started before its migration succeeded"
-    assert _workers_alive(events, started, ended) > 0, "the pool stopped serving during an online migration"
+    assert fewest_alive(_worker_pods(events), started, ended) > 0, "the pool stopped serving during an online migration"
 
 
 def test_should_finish_long_runs_on_their_own_version_while_the_operator_restarts_and_then_retire_it(

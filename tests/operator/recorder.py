@@ -10,8 +10,9 @@ from __future__ import annotations
 
 import json
 import threading
+from collections.abc import Iterable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol
 
 from kubernetes import watch
 from kubernetes.client import ApiClient, BatchV1Api, CoreV1Api
@@ -104,6 +105,32 @@ class Recorder:
 
 def worker_pods(changes: list[Change]) -> list[Change]:
     return [c for c in changes if c.kind == "Pod" and c.component == "worker"]
+
+
+class PodEvent(Protocol):
+    @property
+    def rv(self) -> int: ...
+    @property
+    def type(self) -> str: ...
+    @property
+    def name(self) -> str: ...
+
+
+def fewest_alive(pods: Iterable[PodEvent], start: int, end: int) -> int:
+    """The fewest of these pods that existed at any moment between resourceVersions `start` and `end` (`pods`:
+    their watch events in resourceVersion order)."""
+    live: set[str] = set()
+    fewest: int | None = None
+    for event in pods:
+        if event.rv > end:
+            break
+        if event.rv >= start:
+            fewest = len(live) if fewest is None else min(fewest, len(live))
+        if event.type == "DELETED":
+            live.discard(event.name)
+        else:
+            live.add(event.name)
+    return len(live) if fewest is None else min(fewest, len(live))
 
 
 def violations(changes: list[Change], *, online: bool = False) -> list[str]:

@@ -31,7 +31,7 @@ from tests.operator.conftest import (
     wait_for_pool,
     wait_until,
 )
-from tests.operator.recorder import Recorder, violations, worker_pods
+from tests.operator.recorder import Recorder, fewest_alive, violations, worker_pods
 from tests.operator.upgrade_traffic import Traffic
 
 QUICK: dict[str, Any] = {"pollingIntervalMs": 50, "shutdownDrainTimeoutMs": 3000, "systemDatabasePoolSize": 5}
@@ -93,18 +93,7 @@ def test_should_migrate_a_busy_pool_without_losing_a_run(
     applies = [c for c in changes if c.kind == "Job" and c.component == "migration-apply" and c.image.endswith(":2")]
     assert applies, "the upgrade applied a migration"
     apply_started, apply_ended = applies[0].rv, max(c.rv for c in applies if c.finished)
-    live: set[str] = set()
-    fewest = None  # the fewest workers alive at any moment of the apply
-    for change in worker_pods(changes):
-        if change.rv > apply_ended:
-            break
-        if change.rv >= apply_started:
-            fewest = len(live) if fewest is None else min(fewest, len(live))
-        if change.type == "DELETED":
-            live.discard(change.name)
-        else:
-            live.add(change.name)
-    fewest = len(live) if fewest is None else min(fewest, len(live))
+    fewest = fewest_alive(worker_pods(changes), apply_started, apply_ended)  # workers alive during the apply
     if strategy == "Online":
         assert fewest > 0, "the pool stopped serving during an online migration"
     else:

@@ -8,6 +8,7 @@ during a database outage. `/readyz` is true from launch (queues registered) unti
 from __future__ import annotations
 
 import threading
+from collections.abc import Callable
 from http import HTTPStatus
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
@@ -58,21 +59,16 @@ class HealthServer:
         self._server.server_close()
 
 
-def _handler_for(state: HealthState) -> type[BaseHTTPRequestHandler]:
+Reply = tuple[int, bytes, str]  # status, body, content type
+NOT_FOUND: Reply = (HTTPStatus.NOT_FOUND, b"not found\n", "text/plain")
+
+
+def probe_handler(route: Callable[[str], Reply]) -> type[BaseHTTPRequestHandler]:
+    """A handler answering every GET with `route(path)` (the worker's and the supervisor's probes)."""
+
     class Handler(BaseHTTPRequestHandler):
         def do_GET(self) -> None:
-            path = self.path.split("?", 1)[0]
-            if path == "/healthz":
-                self._reply(HTTPStatus.OK, b"ok\n", "text/plain")
-            elif path == "/readyz":
-                status = HTTPStatus.OK if state.ready else HTTPStatus.SERVICE_UNAVAILABLE
-                self._reply(status, f"{state.reason}\n".encode(), "text/plain")
-            elif path == "/metrics":
-                self._reply(HTTPStatus.OK, generate_latest(metrics.REGISTRY), CONTENT_TYPE_LATEST)
-            else:
-                self._reply(HTTPStatus.NOT_FOUND, b"not found\n", "text/plain")
-
-        def _reply(self, status: HTTPStatus, body: bytes, content_type: str) -> None:
+            status, body, content_type = route(self.path.split("?", 1)[0])
             self.send_response(status)
             self.send_header("Content-Type", content_type)
             self.send_header("Content-Length", str(len(body)))
@@ -83,3 +79,17 @@ def _handler_for(state: HealthState) -> type[BaseHTTPRequestHandler]:
             """Probes every few seconds would drown the worker's own log."""
 
     return Handler
+
+
+def _handler_for(state: HealthState) -> type[BaseHTTPRequestHandler]:
+    def route(path: str) -> Reply:
+        if path == "/healthz":
+            return HTTPStatus.OK, b"ok\n", "text/plain"
+        if path == "/readyz":
+            status = HTTPStatus.OK if state.ready else HTTPStatus.SERVICE_UNAVAILABLE
+            return status, f"{state.reason}\n".encode(), "text/plain"
+        if path == "/metrics":
+            return HTTPStatus.OK, generate_latest(metrics.REGISTRY), CONTENT_TYPE_LATEST
+        return NOT_FOUND
+
+    return probe_handler(route)

@@ -38,6 +38,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from fireflow_worker.cli import SUPERVISOR_PID_ENV
 from fireflow_worker.config import WorkerConfig
+from fireflow_worker.health import NOT_FOUND, Reply, probe_handler
 from fireflow_worker.local_postgres import free_port
 from fireflow_worker.processes import child_executor_id
 
@@ -209,28 +210,15 @@ def run_supervisor(config: WorkerConfig, processes: int) -> int:
 
 
 def _handler_for(supervisor: Supervisor) -> type[BaseHTTPRequestHandler]:
-    class Handler(BaseHTTPRequestHandler):
-        def do_GET(self) -> None:
-            path = self.path.split("?", 1)[0]
-            if path == "/healthz":
-                code, text = supervisor.healthz()
-                self._reply(code, text.encode(), "text/plain")
-            elif path == "/readyz":
-                code, text = supervisor.readyz()
-                self._reply(code, text.encode(), "text/plain")
-            elif path == "/metrics":
-                self._reply(HTTPStatus.OK, supervisor.metrics(), "text/plain; version=0.0.4; charset=utf-8")
-            else:
-                self._reply(HTTPStatus.NOT_FOUND, b"not found\n", "text/plain")
+    def route(path: str) -> Reply:
+        if path == "/healthz":
+            code, text = supervisor.healthz()
+            return code, text.encode(), "text/plain"
+        if path == "/readyz":
+            code, text = supervisor.readyz()
+            return code, text.encode(), "text/plain"
+        if path == "/metrics":
+            return HTTPStatus.OK, supervisor.metrics(), "text/plain; version=0.0.4; charset=utf-8"
+        return NOT_FOUND
 
-        def _reply(self, status: int, body: bytes, content_type: str) -> None:
-            self.send_response(status)
-            self.send_header("Content-Type", content_type)
-            self.send_header("Content-Length", str(len(body)))
-            self.end_headers()
-            self.wfile.write(body)
-
-        def log_message(self, format: str, *args: object) -> None:
-            """Probes every few seconds would drown the log."""
-
-    return Handler
+    return probe_handler(route)
