@@ -10,6 +10,7 @@ import tempfile
 import time
 import urllib.error
 import urllib.request
+from collections.abc import Callable
 from pathlib import Path
 
 from fireflow_worker.local_postgres import free_port
@@ -99,3 +100,10 @@ class WorkerProcess:
             self.process.kill()
             self.process.wait()
         self.log_path.unlink(missing_ok=True)
+
+
+def wait_for(predicate: Callable[[], bool], what: str = "condition", timeout: float = 60) -> None:
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        time.sleep(0.05)

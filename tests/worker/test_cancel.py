@@ -17,7 +17,7 @@ import pytest
 from fireflow_worker.client import FireflowClient, RunCancelledError, RunNotFoundError, RunStateError
 
 from tests.worker import flows
-from tests.worker.proc import WorkerProcess
+from tests.worker.proc import WorkerProcess, wait_for
 
 StartWorker = Callable[..., WorkerProcess]
 FIREFLOW_BIN = str(Path(sys.executable).with_name("fireflow"))
@@ -33,15 +33,6 @@ def _python(
     if retry:
         node["retry"] = retry
     return node
-
-
-def _wait_for(predicate: Callable[[], bool], timeout: float = 60, what: str = "condition") -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if predicate():
-            return
-        time.sleep(0.05)
-    raise AssertionError(f"timed out waiting for {what}")
 
 
 def _started(client: FireflowClient, run_id: str, node: str) -> bool:
@@ -74,7 +65,7 @@ def test_should_end_a_sleeping_run_at_once_and_free_its_slot(
 ) -> None:
     worker = start_worker(DBOS_WORKER_CONCURRENCY="1")
     asleep = client.enqueue(flows.sleep_flow(3600, name="long-nap"))
-    _wait_for(lambda: _started(client, asleep, "nap"), what="the sleep to start")
+    wait_for(lambda: _started(client, asleep, "nap"), what="the sleep to start")
     result = _fireflow(migrated_url, "cancel", asleep)
     assert (result.returncode, result.stdout.strip()) == (0, f"cancelled run {asleep}")
     assert client.status(asleep).status == "CANCELLED"
@@ -86,7 +77,7 @@ def test_should_end_a_sleeping_run_at_once_and_free_its_slot(
     # Following a cancelled run ends, after the events it had.
     assert [e["event"] for e in client.events(asleep)] == ["run.started", "node.started"]
     queue = '{queue="fireflow-executions"}'
-    _wait_for(lambda: _metric(worker, "fireflow_runs_cancelled_total", queue) == 1, what="the cancelled counter")
+    wait_for(lambda: _metric(worker, "fireflow_runs_cancelled_total", queue) == 1, what="the cancelled counter")
     assert _metric(worker, "fireflow_runs_failed_total", queue) == 0
     assert _metric(worker, "fireflow_active_runs", "") == 0
     # Cancelling again is a no-op; a finished or unknown run cannot be cancelled.
@@ -118,7 +109,7 @@ def test_should_not_retry_the_node_running_when_the_run_is_cancelled(
         },
     }
     run_id = client.enqueue(flow)
-    _wait_for(trace.exists, what="the first attempt")
+    wait_for(trace.exists, what="the first attempt")
     time.sleep(0.5)
     client.cancel(run_id)
     # The slot is free at once, while the attempt (or the retry's wait) is still going.
@@ -142,7 +133,7 @@ def test_should_resume_a_cancelled_run_at_its_first_unfinished_node(
         },
     }
     run_id = client.enqueue(flow)
-    _wait_for(lambda: "slow" in (trace.read_text() if trace.exists() else ""), what="the slow node")
+    wait_for(lambda: "slow" in (trace.read_text() if trace.exists() else ""), what="the slow node")
     client.cancel(run_id)
     with pytest.raises(RunCancelledError):
         client.result(run_id, timeout_seconds=10)

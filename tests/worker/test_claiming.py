@@ -19,7 +19,7 @@ from fireflow_worker.client import FireflowClient
 from fireflow_worker.local_postgres import LocalPostgres
 
 from tests.worker import flows
-from tests.worker.proc import WorkerProcess
+from tests.worker.proc import WorkerProcess, wait_for
 
 StartWorker = Callable[..., WorkerProcess]
 SLOW_SAFETY_POLL = {"FIREFLOW_IDLE_POLL_INTERVAL_MS": "60000"}
@@ -31,13 +31,6 @@ def _rows(url: str, query: str, *args: Any) -> list[tuple[Any, ...]]:
     with psycopg.connect(url, autocommit=True) as conn:
         cursor = conn.execute(query, args)
         return cursor.fetchall() if cursor.description is not None else []
-
-
-def _wait_for(predicate: Callable[[], bool], what: str, timeout: float = 60) -> None:
-    deadline = time.monotonic() + timeout
-    while not predicate():
-        assert time.monotonic() < deadline, f"timed out waiting for {what}"
-        time.sleep(0.05)
 
 
 def test_should_claim_an_enqueued_run_without_waiting_for_the_safety_poll(
@@ -64,11 +57,11 @@ def test_should_claim_a_resumed_run_and_honour_a_changed_queue_row_at_once(
     assert client.result(held, timeout_seconds=NOTIFIED_WITHIN) == {"hello": "Hello held"}
     # A cancelled run resumed goes back to ENQUEUED (an UPDATE, not an INSERT): it is claimed at once too.
     asleep = client.enqueue(flows.sleep_flow(3600, name="nap"))
-    _wait_for(lambda: client.status(asleep).status == "PENDING", "the sleep to start")
+    wait_for(lambda: client.status(asleep).status == "PENDING", "the sleep to start")
     client.cancel(asleep)
     time.sleep(1.0)
     assert client.resume(asleep) == asleep
-    _wait_for(lambda: client.status(asleep).status == "PENDING", "the resumed run's claim", timeout=NOTIFIED_WITHIN)
+    wait_for(lambda: client.status(asleep).status == "PENDING", "the resumed run's claim", timeout=NOTIFIED_WITHIN)
 
 
 def test_should_never_run_more_than_its_worker_concurrency(
@@ -137,7 +130,7 @@ def test_should_finish_every_run_and_listen_again_after_a_database_outage(own_se
     try:
         with FireflowClient(url) as client:
             before = [client.enqueue(flows.sleep_flow(2)) for _ in range(3)]
-            _wait_for(lambda: all(client.status(r).status == "PENDING" for r in before), "the runs to start")
+            wait_for(lambda: all(client.status(r).status == "PENDING" for r in before), "the runs to start")
         own_server.halt()  # mid-run: DBOS blocks and retries; its listener loses its connection
         time.sleep(3)
         own_server.start()

@@ -12,18 +12,9 @@ import pytest
 from fireflow_worker.client import FireflowClient
 
 from tests.worker import flows
-from tests.worker.proc import WorkerProcess
+from tests.worker.proc import WorkerProcess, wait_for
 
 StartWorker = Callable[..., WorkerProcess]
-
-
-def _wait_for(predicate: Callable[[], bool], timeout: float = 60, what: str = "condition") -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if predicate():
-            return
-        time.sleep(0.05)
-    raise AssertionError(f"timed out waiting for {what}")
 
 
 def _row(url: str, run_id: str) -> tuple[str, str]:
@@ -50,7 +41,7 @@ def test_should_finish_the_run_without_repeating_finished_nodes_when_killed_mid_
     trace = tmp_path / "trace.txt"
     worker = start_worker("worker-a")
     run_id = client.enqueue(flows.side_effect_flow(str(trace), sleep_seconds=2.5))
-    _wait_for(lambda: _checkpointed(migrated_url, run_id, "node:first"), what="the first node's checkpoint")
+    wait_for(lambda: _checkpointed(migrated_url, run_id, "node:first"), what="the first node's checkpoint")
     worker.kill()  # SIGKILL: no drain, no cleanup; the run is left PENDING mid-sleep
     assert _row(migrated_url, run_id) == ("PENDING", "worker-a")
 
@@ -71,7 +62,7 @@ def test_should_let_a_second_worker_take_queued_runs_while_the_first_is_busy(
 ) -> None:
     start_worker("worker-a", DBOS_WORKER_CONCURRENCY="1")
     first = client.enqueue(flows.sleep_flow(3))
-    _wait_for(lambda: _row(migrated_url, first)[0] == "PENDING", what="worker-a to claim the first run")
+    wait_for(lambda: _row(migrated_url, first)[0] == "PENDING", what="worker-a to claim the first run")
     second = client.enqueue(flows.sleep_flow(0.1))
     time.sleep(0.5)  # worker-a polls meanwhile but, at concurrency 1, must leave the second run queued
     assert _row(migrated_url, second)[0] == "ENQUEUED"
@@ -88,12 +79,12 @@ def test_should_finish_short_runs_and_leave_long_ones_pending_when_sigterm_drain
     worker = start_worker("worker-a", DBOS_SHUTDOWN_DRAIN_TIMEOUT_MS="3000")
     short = client.enqueue(flows.sleep_flow(1, name="short"))
     long = client.enqueue(flows.sleep_flow(8, name="long"))
-    _wait_for(
+    wait_for(
         lambda: _row(migrated_url, short)[0] == "PENDING" and _row(migrated_url, long)[0] == "PENDING",
         what="both runs to start",
     )
     worker.terminate()
-    _wait_for(worker.not_ready, what="readiness to drop")
+    wait_for(worker.not_ready, what="readiness to drop")
     assert worker.wait_exit(timeout=30) == 0
     assert _row(migrated_url, short)[0] == "SUCCESS"
     assert _row(migrated_url, long) == ("PENDING", "worker-a")
@@ -108,9 +99,9 @@ def test_should_not_claim_new_runs_once_sigterm_arrived(
 ) -> None:
     worker = start_worker("worker-a", DBOS_SHUTDOWN_DRAIN_TIMEOUT_MS="4000")
     busy = client.enqueue(flows.sleep_flow(2.5))
-    _wait_for(lambda: _row(migrated_url, busy)[0] == "PENDING", what="the run to start")
+    wait_for(lambda: _row(migrated_url, busy)[0] == "PENDING", what="the run to start")
     worker.terminate()
-    _wait_for(worker.not_ready, what="readiness to drop")
+    wait_for(worker.not_ready, what="readiness to drop")
     late = client.enqueue(flows.sleep_flow(0))
     assert worker.wait_exit(timeout=30) == 0
     assert _row(migrated_url, busy)[0] == "SUCCESS"
@@ -135,5 +126,5 @@ def test_should_drain_when_sigterm_lands_on_another_thread_than_the_main_one(sta
     pid = worker.process.pid
     other = next(int(task.name) for task in Path(f"/proc/{pid}/task").iterdir() if int(task.name) != pid)
     _signal_thread(pid, other, signal.SIGTERM)
-    _wait_for(worker.not_ready, timeout=30, what="readiness to drop")
+    wait_for(worker.not_ready, timeout=30, what="readiness to drop")
     assert worker.wait_exit(timeout=30) == 0

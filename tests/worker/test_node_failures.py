@@ -4,7 +4,6 @@ pool; a worker whose own machinery breaks says so and exits."""
 
 from __future__ import annotations
 
-import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -14,7 +13,7 @@ import pytest
 from fireflow_worker.client import FireflowClient
 
 from tests.worker import flows
-from tests.worker.proc import WorkerProcess
+from tests.worker.proc import WorkerProcess, wait_for
 
 StartWorker = Callable[..., WorkerProcess]
 
@@ -33,15 +32,6 @@ def _status(url: str, run_id: str) -> str:
         row = conn.execute("SELECT status FROM dbos.workflow_status WHERE workflow_uuid = %s", (run_id,)).fetchone()
     assert row is not None
     return str(row[0])
-
-
-def _wait_for(predicate: Callable[[], bool], timeout: float = 60, what: str = "condition") -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if predicate():
-            return
-        time.sleep(0.05)
-    raise AssertionError(f"timed out waiting for {what}")
 
 
 @pytest.mark.parametrize("kind", ["SystemExit", "KeyboardInterrupt", "GeneratorExit", "BaseException"])
@@ -72,7 +62,7 @@ def test_should_end_a_run_that_kills_its_worker_on_every_attempt(
     worker = start_worker(wait=False, FIREFLOW_MAX_RECOVERY_ATTEMPTS="1")  # recovers the run and dies with it
     assert worker.wait_exit(timeout=60) == 9
     worker = start_worker(FIREFLOW_MAX_RECOVERY_ATTEMPTS="1")
-    _wait_for(lambda: _status(migrated_url, poison) == "MAX_RECOVERY_ATTEMPTS_EXCEEDED", what="the dead letter")
+    wait_for(lambda: _status(migrated_url, poison) == "MAX_RECOVERY_ATTEMPTS_EXCEEDED", what="the dead letter")
     assert attempts.read_text().splitlines() == ["attempt", "attempt"]
     status = client.status(poison)
     assert status.status == "MAX_RECOVERY_ATTEMPTS_EXCEEDED"
@@ -101,7 +91,7 @@ def test_should_report_not_ready_and_exit_70_when_the_machinery_breaks(
             return False
         return status == 503 and body.startswith("broken: ") and problem in body
 
-    _wait_for(not_ready, what="/readyz to say the worker is broken")
+    wait_for(not_ready, what="/readyz to say the worker is broken")
     assert worker.wait_exit(timeout=60) == 70
     output = worker.output()
     assert "the worker's machinery is broken" in output
@@ -123,11 +113,11 @@ def test_should_not_count_graceful_drains_towards_abandoning_a_run(
     settings = {"FIREFLOW_MAX_RECOVERY_ATTEMPTS": "1", "DBOS_SHUTDOWN_DRAIN_TIMEOUT_MS": "1000"}
     worker = start_worker(**settings)
     run_id = client.enqueue(flows.sleep_flow(15))
-    _wait_for(lambda: _dispatches(migrated_url, run_id) == ("PENDING", 1), what="the first dispatch")
+    wait_for(lambda: _dispatches(migrated_url, run_id) == ("PENDING", 1), what="the first dispatch")
     for _ in range(3):  # three rolling updates while the run sleeps: more than the one recovery allowed
         worker.terminate()
         assert worker.wait_exit(timeout=60) == 0
         assert _dispatches(migrated_url, run_id) == ("PENDING", 0)  # the drained dispatch was given back
         worker = start_worker(**settings)
-        _wait_for(lambda: _dispatches(migrated_url, run_id) == ("PENDING", 1), what="the run's recovery")
+        wait_for(lambda: _dispatches(migrated_url, run_id) == ("PENDING", 1), what="the run's recovery")
     assert client.result(run_id, timeout_seconds=60) == {"nap": {"slept_seconds": 15}}

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import os
 import signal
-import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -14,7 +13,7 @@ import psycopg
 from fireflow_worker.client import FireflowClient
 
 from tests.worker import flows
-from tests.worker.proc import WorkerProcess
+from tests.worker.proc import WorkerProcess, wait_for
 
 StartWorker = Callable[..., WorkerProcess]
 
@@ -42,13 +41,6 @@ def _alive(pid: int) -> bool:
         return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
     except OSError:
         return False
-
-
-def _wait_for(predicate: Callable[[], bool], what: str, timeout: float = 60) -> None:
-    deadline = time.monotonic() + timeout
-    while not predicate():
-        assert time.monotonic() < deadline, f"timed out waiting for {what}"
-        time.sleep(0.1)
 
 
 def test_should_run_every_process_under_its_own_executor_id_behind_one_health_port(
@@ -83,12 +75,12 @@ def test_should_drain_every_process_on_sigterm_and_recover_their_runs_after_the_
     assert len(children) == 2
     # Long runs on both processes (concurrency 1 each): the drain leaves them PENDING under their own ids.
     sleepy = [client.enqueue(flows.sleep_flow(4)) for _ in range(2)]
-    _wait_for(
+    wait_for(
         lambda: len(_rows(migrated_url, "SELECT 1 FROM dbos.workflow_status WHERE status = 'PENDING'")) == 2,
         "both runs to start",
     )
     pod.terminate()
-    _wait_for(lambda: pod.get("/readyz")[0] == 503, "the pod to say it drains", timeout=2)
+    wait_for(lambda: pod.get("/readyz")[0] == 503, "the pod to say it drains", timeout=2)
     assert pod.wait_exit(timeout=30) == 0
     assert not any(_alive(pid) for pid in children)
     held = {
@@ -115,4 +107,4 @@ def test_should_take_its_processes_with_it_when_the_supervisor_is_killed(start_w
     pod = start_worker("pool-0", FIREFLOW_WORKER_PROCESSES="2")
     children = _children(pod.pid())
     pod.kill()  # SIGKILL, as when PID 1 of a container dies: nothing may outlive it
-    _wait_for(lambda: not any(_alive(pid) for pid in children), "the worker processes to end", timeout=10)
+    wait_for(lambda: not any(_alive(pid) for pid in children), "the worker processes to end", timeout=10)
