@@ -1,7 +1,10 @@
 """Which of a pool's migration Jobs the gate looks at, which still run, and which can go (pure).
 
 Finished Jobs are deleted once the status that recorded their outcome has been written (the caller passes
-the status as it was read, never the one being built), except the newest failed one, kept for its logs.
+the status as it was read, never the one being built), except the newest failed one, kept for its logs. A
+plan Job still running for a target the spec no longer names goes too: a plan only reads, its answer is no
+longer wanted, and one that cannot start (an image that cannot be pulled) would otherwise retry for good and
+keep the pool reported as degraded after the image was reverted. A running apply Job is never deleted.
 """
 
 from __future__ import annotations
@@ -33,12 +36,18 @@ def stale_apply(jobs: list[MigrationJob], current_apply: str) -> MigrationJob | 
     return min(running, key=lambda j: (j.online, j.name), default=None)
 
 
-def jobs_to_delete(jobs: list[MigrationJob], pool_name: str, persisted: dict[str, object]) -> list[str]:
-    """Finished Jobs whose outcome the persisted status already holds, but the newest failed one."""
+def jobs_to_delete(
+    jobs: list[MigrationJob], pool_name: str, persisted: dict[str, object], spec_target: str
+) -> list[str]:
+    """Finished Jobs whose outcome the persisted status already holds, but the newest failed one; and running
+    plan Jobs of a target other than `spec_target`."""
     keep: set[str] = set()
     if persisted.get("phase") in migration.IN_FLIGHT:
         keep |= set(round_job_names(pool_name, persisted).values())
     failed = sorted((j for j in jobs if j.state == "failed"), key=lambda j: (j.created, j.name))
     if failed:
         keep.add(failed[-1].name)
-    return sorted(j.name for j in jobs if j.state != "running" and j.name not in keep)
+    unwanted_plans = {j.name for j in jobs if j.mode == "plan" and j.state == "running" and
+                      f"-plan-{spec_target}-" not in j.name}  # fmt: skip
+    finished = {j.name for j in jobs if j.state != "running" and j.name not in keep}
+    return sorted(finished | unwanted_plans)

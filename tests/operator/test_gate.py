@@ -135,11 +135,16 @@ def test_should_delete_finished_jobs_once_recorded_but_the_newest_failure() -> N
         jobs.MigrationJob("p-apply-a-3", "apply", "running", "2026-01-01T00:00:06"),
     ]
     in_flight = {"target": "a", "phase": "Applying", "round": 3}
-    assert jobs.jobs_to_delete(made, "p", in_flight) == ["p-apply-a-1", "p-plan-a-1", "p-plan-a-2"]
+    assert jobs.jobs_to_delete(made, "p", in_flight, "a") == ["p-apply-a-1", "p-plan-a-1", "p-plan-a-2"]
     done = [*made[:5], jobs.MigrationJob("p-apply-a-3", "apply", "succeeded", "2026-01-01T00:00:06")]
-    assert jobs.jobs_to_delete(done, "p", {"target": "a", "phase": "Done", "round": 3}) == [
+    assert jobs.jobs_to_delete(done, "p", {"target": "a", "phase": "Done", "round": 3}, "a") == [
         "p-apply-a-1", "p-apply-a-3", "p-plan-a-1", "p-plan-a-2", "p-plan-a-3",
     ]  # fmt: skip
+    # The spec went back to `a`: a plan for `b` that cannot start goes; a running apply never does.
+    unwanted = [*done, jobs.MigrationJob("p-plan-b-4", "plan", "running", "2026-01-01T00:00:07"),
+                jobs.MigrationJob("p-apply-b-5", "apply", "running", "2026-01-01T00:00:08")]  # fmt: skip
+    assert "p-plan-b-4" in jobs.jobs_to_delete(unwanted, "p", {"target": "a", "phase": "Done", "round": 3}, "a")
+    assert "p-apply-b-5" not in jobs.jobs_to_delete(unwanted, "p", {"target": "a", "phase": "Done", "round": 3}, "a")
     assert jobs.stale_apply(made, "p-apply-b-4") == made[5]
     assert jobs.stale_apply(made, "p-apply-a-3") is None
 
@@ -228,7 +233,7 @@ class _World:
             assert self.required[target] <= self.schema, f"{target} rolled out on schema {self.schema}"
             current = target
         self.sts_target = current
-        for name in jobs.jobs_to_delete(records, "pool", persisted):
+        for name in jobs.jobs_to_delete(records, "pool", persisted, self.spec_target):
             del self.jobs[name]
         self.held = step.hold_at_zero
         if not status_lost:

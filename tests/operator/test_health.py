@@ -6,6 +6,8 @@ from __future__ import annotations
 import time
 from typing import Any
 
+import pytest
+from fireflow_worker.client import FireflowClient
 from kubernetes.client import ApiClient, AppsV1Api
 
 from tests.operator.conftest import (
@@ -37,6 +39,33 @@ def test_should_say_a_plan_job_cannot_pull_its_image(
     message = condition(pool, "Degraded")["message"]
     assert message.startswith("pod pool-plan-") and "container migrate: " in message
     assert condition(pool, "Ready")["status"] == "False" and pool["status"]["phase"] == "Degraded"
+
+
+@pytest.mark.parametrize("strategy", ["Online", "Offline"])
+def test_should_keep_the_old_image_serving_when_a_new_image_cannot_be_pulled(
+    kube_api: ApiClient, kube_namespace: str, operator: OperatorProcess, pool_database: str, strategy: str
+) -> None:
+    """The commonest bad rollout, a typo in the image name: its plan Job never starts, so nothing is drained or
+    replaced; the pool says why, and reverting the image is immediate."""
+    create_secret(kube_api, kube_namespace, pool_database)
+    create_pool(kube_api, kube_namespace, "pool", replicas=2, migration={"strategy": strategy},
+                rollout={"progressDeadlineSeconds": 15, "autoRollback": True})  # fmt: skip
+    wait_for_condition(kube_api, kube_namespace, "pool", "Ready")
+    patch_pool(kube_api, kube_namespace, "pool", {"image": "registry.invalid/fireflow-wroker:1"})
+    pool = wait_for_pool(kube_api, kube_namespace, "pool", "the pull failure",
+                         _degraded_by(("ErrImagePull", "ImagePullBackOff")))  # fmt: skip
+    assert condition(pool, "Degraded")["message"].startswith("pod pool-plan-")
+    time.sleep(20)  # past the progress deadline: still nothing drained or replaced
+    with FireflowClient(pool_database) as client:
+        runs = [client.enqueue({"name": "t", "nodes": {"t": {"type": "template", "params": {"template": "x"}}}})
+                for _ in range(5)]  # fmt: skip
+        assert [client.result(r, timeout_seconds=60) for r in runs] == [{"t": "x"}] * 5
+    sts = AppsV1Api(kube_api).read_namespaced_stateful_set("pool", kube_namespace)
+    assert sts.spec.template.spec.containers[0].image == "fireflow-worker:1"
+    assert (sts.status.ready_replicas, sts.spec.replicas) == (2, 2)
+    patch_pool(kube_api, kube_namespace, "pool", {"image": "fireflow-worker:1"})
+    wait_for_pool(kube_api, kube_namespace, "pool", "healthy again", lambda p: condition(p, "Ready")["status"] == "True"
+                  and condition(p, "Degraded").get("status") == "False")  # fmt: skip
 
 
 def test_should_say_workers_crash_loop_and_why(
