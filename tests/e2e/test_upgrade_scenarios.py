@@ -14,6 +14,7 @@ from collections import Counter
 from typing import Any
 
 import psycopg
+import pytest
 from fireflow_worker import migrate
 from fireflow_worker.client import FireflowClient
 from kubernetes.client import AppsV1Api, CoreV1Api
@@ -25,6 +26,8 @@ from tests.kube import rawapi
 from tests.operator.conftest import condition, wait_until
 from tests.operator.recorder import fewest_alive
 from tests.operator.upgrade_traffic import Traffic
+
+pytestmark = pytest.mark.e2e
 
 
 def _rows(url: str, runs: list[str]) -> dict[str, tuple[str, str]]:
