@@ -20,6 +20,7 @@ class MigrationJob:
     mode: str  # "plan" or "apply"
     state: migration.JobState  # never "absent"
     created: str  # creationTimestamp, RFC 3339: sorts by time
+    target: str  # the rollout target it migrates to (its label)
     online: bool = False  # an apply started while the pool kept serving
 
 
@@ -47,7 +48,6 @@ def jobs_to_delete(
     failed = sorted((j for j in jobs if j.state == "failed"), key=lambda j: (j.created, j.name))
     if failed:
         keep.add(failed[-1].name)
-    unwanted_plans = {j.name for j in jobs if j.mode == "plan" and j.state == "running" and
-                      f"-plan-{spec_target}-" not in j.name}  # fmt: skip
+    unwanted_plans = {j.name for j in jobs if j.mode == "plan" and j.state == "running" and j.target != spec_target}
     finished = {j.name for j in jobs if j.state != "running" and j.name not in keep}
     return sorted(finished | unwanted_plans)

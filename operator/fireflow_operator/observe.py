@@ -29,6 +29,7 @@ def as_migration_job(job: Any) -> MigrationJob:
         mode="apply" if component == APPLY_COMPONENT else "plan",
         state=job_state(job),
         created=created.isoformat() if created is not None else "",
+        target=(job.metadata.labels or {}).get(names.LABEL_MIGRATION_TARGET, ""),
         online=(job.metadata.labels or {}).get(names.LABEL_ONLINE) == "true",
     )
 

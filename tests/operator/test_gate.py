@@ -127,22 +127,22 @@ def test_should_go_back_to_the_rolled_out_target_at_once() -> None:
 
 def test_should_delete_finished_jobs_once_recorded_but_the_newest_failure() -> None:
     made = [
-        jobs.MigrationJob("p-plan-a-1", "plan", "succeeded", "2026-01-01T00:00:01"),
-        jobs.MigrationJob("p-apply-a-1", "apply", "failed", "2026-01-01T00:00:02"),
-        jobs.MigrationJob("p-plan-a-2", "plan", "succeeded", "2026-01-01T00:00:03"),
-        jobs.MigrationJob("p-apply-a-2", "apply", "failed", "2026-01-01T00:00:04"),
-        jobs.MigrationJob("p-plan-a-3", "plan", "succeeded", "2026-01-01T00:00:05"),
-        jobs.MigrationJob("p-apply-a-3", "apply", "running", "2026-01-01T00:00:06"),
+        jobs.MigrationJob("p-plan-a-1", "plan", "succeeded", "2026-01-01T00:00:01", "a"),
+        jobs.MigrationJob("p-apply-a-1", "apply", "failed", "2026-01-01T00:00:02", "a"),
+        jobs.MigrationJob("p-plan-a-2", "plan", "succeeded", "2026-01-01T00:00:03", "a"),
+        jobs.MigrationJob("p-apply-a-2", "apply", "failed", "2026-01-01T00:00:04", "a"),
+        jobs.MigrationJob("p-plan-a-3", "plan", "succeeded", "2026-01-01T00:00:05", "a"),
+        jobs.MigrationJob("p-apply-a-3", "apply", "running", "2026-01-01T00:00:06", "a"),
     ]
     in_flight = {"target": "a", "phase": "Applying", "round": 3}
     assert jobs.jobs_to_delete(made, "p", in_flight, "a") == ["p-apply-a-1", "p-plan-a-1", "p-plan-a-2"]
-    done = [*made[:5], jobs.MigrationJob("p-apply-a-3", "apply", "succeeded", "2026-01-01T00:00:06")]
+    done = [*made[:5], jobs.MigrationJob("p-apply-a-3", "apply", "succeeded", "2026-01-01T00:00:06", "a")]
     assert jobs.jobs_to_delete(done, "p", {"target": "a", "phase": "Done", "round": 3}, "a") == [
         "p-apply-a-1", "p-apply-a-3", "p-plan-a-1", "p-plan-a-2", "p-plan-a-3",
     ]  # fmt: skip
     # The spec went back to `a`: a plan for `b` that cannot start goes; a running apply never does.
-    unwanted = [*done, jobs.MigrationJob("p-plan-b-4", "plan", "running", "2026-01-01T00:00:07"),
-                jobs.MigrationJob("p-apply-b-5", "apply", "running", "2026-01-01T00:00:08")]  # fmt: skip
+    unwanted = [*done, jobs.MigrationJob("p-plan-b-4", "plan", "running", "2026-01-01T00:00:07", "b"),
+                jobs.MigrationJob("p-apply-b-5", "apply", "running", "2026-01-01T00:00:08", "b")]  # fmt: skip
     assert "p-plan-b-4" in jobs.jobs_to_delete(unwanted, "p", {"target": "a", "phase": "Done", "round": 3}, "a")
     assert "p-apply-b-5" not in jobs.jobs_to_delete(unwanted, "p", {"target": "a", "phase": "Done", "round": 3}, "a")
     assert jobs.stale_apply(made, "p-apply-b-4") == made[5]
@@ -186,7 +186,7 @@ class _World:
     def reconcile(self, status_lost: bool = False) -> None:
         """One reconcile; with `status_lost` its status write fails after everything else was done."""
         records = [
-            jobs.MigrationJob(n, j["mode"], j["state"], f"{j['created']:09d}", j["online"])
+            jobs.MigrationJob(n, j["mode"], j["state"], f"{j['created']:09d}", j["target"], j["online"])
             for n, j in self.jobs.items()
         ]
         stale = jobs.stale_apply(records, jobs.round_job_names("pool", self.status)["apply"])
