@@ -7,7 +7,9 @@
 #   --base official  the Dockerfiles' own default, the pinned python:3.11-slim-bookworm from Docker Hub.
 # The project images are tagged fireflow-worker:<version> and fireflow-operator:<version> (pyproject's
 # version, the chart's appVersion); Docker's layer cache makes a rebuild without changes take seconds.
-# stdout: KEY=VALUE lines (PYTHON_IMAGE, WORKER_IMAGE, OPERATOR_IMAGE); progress and sizes on stderr.
+# --test-images also builds the e2e's two test images (the worker on OLDER_DBOS_VERSION, a crashing worker).
+# stdout: KEY=VALUE lines (PYTHON_IMAGE, WORKER_IMAGE, OPERATOR_IMAGE[, OLDER_DBOS_WORKER_IMAGE,
+# CRASHING_WORKER_IMAGE]); progress and sizes on stderr.
 set -euo pipefail
 shopt -s inherit_errexit
 
@@ -21,43 +23,37 @@ source "$here/lib-images.sh"
 
 project_version() { sed -n 's/^version = "\(.*\)"$/\1/p' "$repo/pyproject.toml" | head -n1; }
 
-# build_project_image <name> <dockerfile> <python image>: the build's output goes to a log; on failure its tail.
-build_project_image() {
-    local name="$1" dockerfile="$2" python_image="$3" tag t=$SECONDS build_arg=()
-    tag="$name:$(project_version)"
-    local build_log="$logs_dir/$name.build.log"
-    # The official base is the Dockerfiles' own default: built exactly as a user builds them.
+# build_image <label> <tag> <dockerfile> <context> <python image>: the build's output goes to a log; on failure
+# its tail. An empty python image keeps the Dockerfile's own default (the official base, as a user builds it).
+build_image() {
+    local label="$1" tag="$2" dockerfile="$3" context="$4" python_image="$5" t=$SECONDS build_arg=()
+    local build_log="$logs_dir/$label.build.log"
     [[ -z "$python_image" ]] || build_arg=(--build-arg "PYTHON_IMAGE=$python_image")
-    if ! docker build --network host "${build_arg[@]}" -f "$repo/$dockerfile" \
-        -t "$tag" "$repo" >"$build_log" 2>&1; then
-        log "$name: docker build failed; last lines of $build_log:"
+    if ! docker build --network host "${build_arg[@]}" -f "$dockerfile" -t "$tag" "$context" >"$build_log" 2>&1; then
+        log "$label: docker build failed; last lines of $build_log:"
         tail -n 30 "$build_log" >&2
         return 1
     fi
-    log "$name: built $tag from $dockerfile in $((SECONDS - t))s"
+    log "$label: built $tag from $(basename "$dockerfile") in $((SECONDS - t))s"
+}
+
+build_project_image() { # <name> <dockerfile> <python image>
+    build_image "$1" "$1:$(project_version)" "$repo/$2" "$repo" "$3"
 }
 
 # The upgrade e2e's "before" image: the same worker and Dockerfile, its dbos pinned to an older release whose
 # schema is older, so the upgrade migrates for real (tests/e2e/test_upgrade_scenarios.py).
-build_older_dbos_worker() {
-    local python_image="$1" context tag="fireflow-worker:$(project_version)-dbos-$OLDER_DBOS_VERSION" t=$SECONDS
-    local build_arg=() build_log="$logs_dir/fireflow-worker-older-dbos.build.log"
-    [[ -z "$python_image" ]] || build_arg=(--build-arg "PYTHON_IMAGE=$python_image")
+build_older_dbos_worker() { # <python image>
+    local context status=0
     context="$(mktemp -d)"
     (cd "$repo" && tar -c --exclude=__pycache__ --exclude='*.egg-info' .dockerignore pyproject.toml README.md \
         .ci/constraints.txt worker operator) | tar -x -C "$context"
     sed -i "s/\"dbos==[0-9.]*\"/\"dbos==$OLDER_DBOS_VERSION\"/" "$context/pyproject.toml"
     sed -i "s/^dbos==.*/dbos==$OLDER_DBOS_VERSION/" "$context/.ci/constraints.txt"
-    local status=0
-    docker build --network host "${build_arg[@]}" -f "$repo/Dockerfile.worker" -t "$tag" "$context" \
-        >"$build_log" 2>&1 || status=$?
+    build_image fireflow-worker-older-dbos "fireflow-worker:$(project_version)-dbos-$OLDER_DBOS_VERSION" \
+        "$repo/Dockerfile.worker" "$context" "$1" || status=$?
     rm -rf "$context"
-    if ((status != 0)); then
-        log "fireflow-worker (dbos $OLDER_DBOS_VERSION): docker build failed; last lines of $build_log:"
-        tail -n 30 "$build_log" >&2
-        return 1
-    fi
-    log "fireflow-worker (dbos $OLDER_DBOS_VERSION): built $tag in $((SECONDS - t))s"
+    return "$status"
 }
 
 # The rollback e2e's bad image: migrates like the worker, its worker exits at start (tests/kube/crashing-worker.sh

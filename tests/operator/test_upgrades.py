@@ -32,7 +32,7 @@ from tests.operator.conftest import (
     wait_until,
 )
 from tests.operator.recorder import Recorder, fewest_alive, violations, worker_pods
-from tests.operator.upgrade_traffic import Traffic
+from tests.operator.upgrade_traffic import Traffic, run_rows, statuses, versions
 
 QUICK: dict[str, Any] = {"pollingIntervalMs": 50, "shutdownDrainTimeoutMs": 3000, "systemDatabasePoolSize": 5}
 
@@ -45,26 +45,8 @@ def _statefulsets(api: ApiClient, namespace: str) -> list[str]:
     return sorted(str(s.metadata.name) for s in AppsV1Api(api).list_namespaced_stateful_set(namespace).items)
 
 
-def _statuses(url: str, runs: list[str]) -> set[str]:
-    return {status for status, _, _ in _run_rows(url, runs).values()}
-
-
-def _versions(url: str, runs: list[str]) -> set[str]:
-    return {version for _, version, _ in _run_rows(url, runs).values()}
-
-
 def _events_named(api: ApiClient, namespace: str, reason: str) -> list[str]:
     return [str(e.message) for e in list_events(api, namespace) if e.reason == reason]
-
-
-def _run_rows(url: str, runs: list[str]) -> dict[str, tuple[str, str, str]]:
-    with psycopg.connect(url) as conn:
-        rows = conn.execute(
-            "SELECT workflow_uuid, status, application_version, executor_id FROM dbos.workflow_status "
-            "WHERE workflow_uuid = ANY(%s)",
-            (runs,),
-        ).fetchall()
-    return {str(r[0]): (str(r[1]), str(r[2]), str(r[3])) for r in rows}
 
 
 @pytest.mark.parametrize("strategy", ["Online", "Offline"])
@@ -108,22 +90,22 @@ def test_should_keep_old_runs_on_their_version_and_retire_it_when_none_is_left(
     wait_for_condition(kube_api, kube_namespace, "pool", "Ready")
     with FireflowClient(pool_database) as client:
         old = [client.enqueue(_sleepy(25)) for _ in range(3)]
-        wait_until("old runs claimed", lambda: _statuses(pool_database, old) == {"PENDING"})
+        wait_until("old runs claimed", lambda: statuses(pool_database, old) == {"PENDING"})
         patch_pool(kube_api, kube_namespace, "pool", {"dbos": {"applicationVersion": "2"}})
         pool = wait_for_pool(kube_api, kube_namespace, "pool", "two versions",
                              lambda p: len(p["status"].get("versions") or []) == 2
                              and condition(p, "Ready").get("status") == "True")  # fmt: skip
-        versions = {v["applicationVersion"]: v for v in pool["status"]["versions"]}
-        assert versions["2"]["state"] == "Current" and versions["2"]["statefulSet"] == "pool-v2"
-        assert versions["1"]["state"] == "Retiring" and versions["1"]["runsLeft"]["pending"] == 3
+        by_version = {v["applicationVersion"]: v for v in pool["status"]["versions"]}
+        assert by_version["2"]["state"] == "Current" and by_version["2"]["statefulSet"] == "pool-v2"
+        assert by_version["1"]["state"] == "Retiring" and by_version["1"]["runsLeft"]["pending"] == 3
         assert pool["status"]["selector"].endswith("fireflow.persistent.ai/version-index=1")
         new = [client.enqueue(_sleepy(1)) for _ in range(4)]
-        wait_until("new runs done", lambda: _statuses(pool_database, new) == {"SUCCESS"})
-    assert _versions(pool_database, new) == {"2"}
-    assert all(e.split(".")[1].startswith("pool-v2-") for _, _, e in _run_rows(pool_database, new).values())
+        wait_until("new runs done", lambda: statuses(pool_database, new) == {"SUCCESS"})
+    assert versions(pool_database, new) == {"2"}
+    assert all(e.split(".")[1].startswith("pool-v2-") for _, _, e in run_rows(pool_database, new).values())
     assert _statefulsets(kube_api, kube_namespace) == ["pool", "pool-v2"]
-    wait_until("old runs done on their version", lambda: _statuses(pool_database, old) == {"SUCCESS"}, timeout=120)
-    assert _versions(pool_database, old) == {"1"}
+    wait_until("old runs done on their version", lambda: statuses(pool_database, old) == {"SUCCESS"}, timeout=120)
+    assert versions(pool_database, old) == {"1"}
     wait_until("version 1 retired", lambda: _statefulsets(kube_api, kube_namespace) == ["pool-v2"], timeout=120)
     # kopf posts events after the handler returns
     wait_until("the retirement event", lambda: _events_named(kube_api, kube_namespace, "VersionRetired"))
@@ -140,7 +122,7 @@ def _version_one_with_long_runs(api: ApiClient, namespace: str, url: str, retire
     wait_for_condition(api, namespace, "pool", "Ready")
     with FireflowClient(url) as client:
         old = [client.enqueue(_sleepy(300)) for _ in range(2)]
-    wait_until("old runs claimed", lambda: _statuses(url, old) == {"PENDING"})
+    wait_until("old runs claimed", lambda: statuses(url, old) == {"PENDING"})
     return old
 
 
@@ -153,8 +135,8 @@ def test_should_fork_what_an_old_version_still_has_after_retire_after_seconds(
     (message,) = _events_named(kube_api, kube_namespace, "RunsForked")
     assert message.startswith("forked 2 run(s) of '1' onto '2': ")
     forked = message.split(": ", 1)[1].split(", ")
-    assert _statuses(pool_database, old) == {"CANCELLED"}
-    wait_until("the forks run on version 2", lambda: _versions(pool_database, forked) == {"2"})
+    assert statuses(pool_database, old) == {"CANCELLED"}
+    wait_until("the forks run on version 2", lambda: versions(pool_database, forked) == {"2"})
     wait_until("version 1 retired", lambda: _statefulsets(kube_api, kube_namespace) == ["pool-v2"], timeout=120)
     assert len(_events_named(kube_api, kube_namespace, "RunsForked")) == 1  # forked once
 
@@ -175,8 +157,8 @@ def test_should_serve_new_runs_after_a_rollback_to_an_earlier_application_versio
         wait_for_pool(kube_api, kube_namespace, "pool", f"version {version} alone", only)
     with FireflowClient(pool_database) as client:
         runs = [client.enqueue(_sleepy(0)) for _ in range(3)]
-        wait_until("new runs served by version 1", lambda: _statuses(pool_database, runs) == {"SUCCESS"})
-    assert _versions(pool_database, runs) == {"1"}
+        wait_until("new runs served by version 1", lambda: statuses(pool_database, runs) == {"SUCCESS"})
+    assert versions(pool_database, runs) == {"1"}
     assert _statefulsets(kube_api, kube_namespace) == ["pool-v3"]  # each version its own pods, never reused
 
 

@@ -1,6 +1,6 @@
 """A steady stream of runs through a pool while it is upgraded, and what the database says about it afterwards:
-every run's end, and the longest gap between two consecutive claims (shared by the upgrade tests and
-benchmarks/bench_upgrade.py)."""
+every run's end, and the longest gap between two consecutive claims; and what it says of given runs (shared by
+the upgrade tests on the local cluster, the upgrade e2e scenarios and benchmarks/bench_upgrade.py)."""
 
 from __future__ import annotations
 
@@ -59,3 +59,22 @@ class Traffic:
         unfinished = [(str(r[0]), str(r[1])) for r in rows if r[1] != "SUCCESS"]
         unfinished += [(run, "LOST") for run in set(self.runs) - {str(r[0]) for r in rows}]
         return Claims(len(self.runs), unfinished, max(gaps, default=0.0), versions)
+
+
+def run_rows(url: str, runs: list[str]) -> dict[str, tuple[str, str, str]]:
+    """run id -> (status, application version, executor id)"""
+    with psycopg.connect(url) as conn:
+        rows = conn.execute(
+            "SELECT workflow_uuid, status, application_version, executor_id FROM dbos.workflow_status "
+            "WHERE workflow_uuid = ANY(%s)",
+            (runs,),
+        ).fetchall()
+    return {str(r[0]): (str(r[1]), str(r[2]), str(r[3])) for r in rows}
+
+
+def statuses(url: str, runs: list[str]) -> set[str]:
+    return {status for status, _, _ in run_rows(url, runs).values()}
+
+
+def versions(url: str, runs: list[str]) -> set[str]:
+    return {version for _, version, _ in run_rows(url, runs).values()}
