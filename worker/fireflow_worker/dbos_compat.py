@@ -20,6 +20,7 @@ from typing import Any, Protocol, TypeVar, cast
 from dbos import DBOS, StepOptions
 
 R = TypeVar("R")
+HAS_RESERVE_STEP = hasattr(DBOS, "reserve_step")  # dbos 3.4
 
 
 def run_on_own_loop(coro: Coroutine[Any, Any, R]) -> R:
@@ -45,14 +46,14 @@ class Reservation(Protocol):
 
 def reserve_in_order() -> Reservation:
     """The next step id, for a step run in this thread after the ones reserved before it."""
-    if hasattr(DBOS, "reserve_step"):
+    if HAS_RESERVE_STEP:
         return cast(Reservation, DBOS.reserve_step())  # dbos 3.4's StepReservation: the same two methods
     return _DrawnWhenRun()
 
 
 def reserve() -> Reservation:
     """The next step id, for a step that may run concurrently with others (`run_async`)."""
-    if hasattr(DBOS, "reserve_step"):
+    if HAS_RESERVE_STEP:
         return cast(Reservation, DBOS.reserve_step())  # dbos 3.4's StepReservation: the same two methods
     return _Snapshot()
 
