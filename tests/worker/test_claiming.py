@@ -115,6 +115,37 @@ def test_should_share_a_global_cap_between_workers_and_fill_freed_slots(
     assert all(later[0] >= earlier[1] - 5 for earlier, later in itertools.pairwise(starts))
 
 
+def _payloads_until_the_run_ends(listener: psycopg.Connection[Any], run_id: str) -> list[str]:
+    """Every notification until `run_id`'s run-end announcement, and those sent in the same commit (the
+    generator is never left early: notifications it read but did not hand out yet would be lost)."""
+    payloads: list[str] = []
+    deadline, ended = time.monotonic() + 60, float("inf")
+    while time.monotonic() < min(deadline, ended + 0.5):
+        for notify in listener.notifies(timeout=0.2):
+            payloads.append(notify.payload)
+            if notify.channel == "ff_workflow_terminal" and run_id in notify.payload:
+                ended = min(ended, time.monotonic())
+    return payloads
+
+
+def test_should_wake_claimers_at_a_run_end_only_on_a_queue_with_a_global_cap(
+    client: FireflowClient, start_worker: StartWorker, migrated_url: str
+) -> None:
+    # Every notification wakes every worker's listener: without a cap nobody waits for a run's end.
+    listener = psycopg.connect(migrated_url, autocommit=True)
+    try:
+        listener.execute("LISTEN ff_workflow_terminal")
+        listener.execute("LISTEN dbos_notifications_channel")
+        start_worker()
+        uncapped = client.enqueue(flows.greet_flow(), inputs={"who": "free"})
+        assert "ff-run-ended" not in _payloads_until_the_run_ends(listener, uncapped)
+        _rows(migrated_url, "UPDATE dbos.queues SET concurrency = 5 WHERE name = 'fireflow-executions'")
+        capped = client.enqueue(flows.greet_flow(), inputs={"who": "capped"})
+        assert "ff-run-ended" in _payloads_until_the_run_ends(listener, capped)
+    finally:
+        listener.close()
+
+
 @pytest.fixture
 def own_server() -> Iterator[LocalPostgres]:
     """A server of this test's own, to take away and bring back."""

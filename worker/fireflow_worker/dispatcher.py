@@ -8,10 +8,11 @@ with DBOS's own claim (`start_queued_workflows`) and dispatch (`execute_dequeued
 
 - a run is enqueued or re-enqueued on the queue (a trigger notifies `ff-enqueued::<queue>`; an enqueue that
   commits wakes the worker within a few milliseconds);
-- a run of the queue ended here and the last claim had filled every free slot (there may be more queued);
+- every free slot was taken and a polling interval has passed (a check in memory: a slot freed here);
 - the queue's row changed (`ff-queue::<queue>`: concurrency, polling interval - the row is reloaded);
 - with a global cap (DBOS_QUEUE_CONCURRENCY), a run ended anywhere (`ff-run-ended`) while the last claim
-  stopped at the cap;
+  stopped at the cap (the trigger announces only the ends of a capped queue's runs: each notification wakes
+  every worker's listener thread, which then competes for the interpreter's lock with the runs there);
 - DBOS's listener reconnected (after a database outage): notifications sent while it was away are lost;
 - and, as a safety net, every `safety_poll_seconds`: a run enqueued with a delay, and anything else missed.
 
@@ -42,8 +43,6 @@ log = logging.getLogger("fireflow.worker")
 
 # How long a claimer waits after a failed claim (the database away) before it tries again.
 RECONNECT_SECONDS = 1.0
-# How often a worker with every slot taken checks (in memory) whether one was freed.
-LOCAL_RECHECK_SECONDS = 0.01
 # How long a dispatched run that never started (DBOS refused it) still counts against the worker's slots.
 STARTING_FORGOTTEN_SECONDS = 30.0
 # How often the safety poll also reloads the queue's row (changes are otherwise notified).
@@ -65,8 +64,9 @@ class QueueClaimer(threading.Thread):
         self._wake = threading.Event()
         self._reload = True
         self._queue: Any = None
-        # Every slot of this worker is taken: a run ending here makes room (checked locally, no database).
-        self._local_full = False
+        # Every slot of this worker is taken: it looks (in memory, no database) for a freed one at this time.
+        # Not woken by each run's end: a woken thread competes for the interpreter's lock with every run here.
+        self._full_until: float | None = None
         # The last claim met a global limit (the queue's cap): a run ending anywhere may make room.
         self._capped = False
         # Runs handed to DBOS that have not started yet: DBOS counts a run as active only once its thread
@@ -80,12 +80,18 @@ class QueueClaimer(threading.Thread):
             self._starting.pop(run_id, None)
 
     def wake(self, reload: bool = False) -> None:
+        """Claim now (at the polling interval's pace). While every slot is taken, a wake changes nothing the
+        next look for a freed slot would not see, so the thread sleeps on."""
         if reload:
             self._reload = True
+        if reload or self._full_until is None:
+            self._wake.set()
+
+    def interrupt(self) -> None:
         self._wake.set()
 
     def run_ended(self) -> None:
-        if self._local_full or self._capped:
+        if self._capped:
             self._wake.set()
 
     def run(self) -> None:
@@ -93,9 +99,8 @@ class QueueClaimer(threading.Thread):
         safety_polls = 0
         next_safety = time.monotonic() + self._safety
         while not self._stopped.is_set():
-            # While full, the room is re-checked often: DBOS counts a run as active a moment after its end.
-            timeout = LOCAL_RECHECK_SECONDS if self._local_full else max(0.0, next_safety - time.monotonic())
-            self._wake.wait(timeout)
+            wake_at = next_safety if self._full_until is None else min(next_safety, self._full_until)
+            self._wake.wait(max(0.0, wake_at - time.monotonic()))
             self._wake.clear()
             if self._stopped.is_set():
                 return
@@ -106,9 +111,11 @@ class QueueClaimer(threading.Thread):
                     self._reload = True
             try:
                 self._load_queue()
-                if self._room() == 0:
-                    self._local_full = True
+                if self._room() == 0:  # looked at again a polling interval later, as DBOS would poll
+                    if self._full_until is None or time.monotonic() >= self._full_until:
+                        self._full_until = time.monotonic() + self._queue._polling_interval_sec
                     continue
+                self._full_until = None
                 # Space claims at least one polling interval apart, as DBOS spaces its polls.
                 wait = last_claim + self._queue._polling_interval_sec - time.monotonic()
                 if wait > 0 and self._stopped.wait(wait):
@@ -159,7 +166,8 @@ class QueueClaimer(threading.Thread):
             queue, GlobalParams.executor_id, GlobalParams.app_version, None, running, owner_xid=owner_xid
         )
         self.claims += 1
-        self._local_full = budget is not None and len(claimed) >= budget
+        if budget is not None and len(claimed) >= budget:
+            self._full_until = time.monotonic() + queue._polling_interval_sec
         self._capped = stop_reason is not None
         if not claimed:
             return
@@ -220,7 +228,7 @@ class Dispatcher:
         for key, signal in self._signals:
             self._dbos._sys_db.notifications_map.pop(key, signal)
         for claimer in self.claimers.values():
-            claimer.wake()  # out of its wait, to see `stopped`
+            claimer.interrupt()  # out of its wait, to see `stopped`
 
     def _listen(self, key: str, callback: Callable[[], None]) -> None:
         """Have DBOS's listener call `callback` when a notification with this payload arrives."""

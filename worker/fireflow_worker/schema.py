@@ -27,7 +27,7 @@ QUEUE_CHANGED_PREFIX = "ff-queue::"
 RUN_ENDED = "ff-run-ended"
 TERMINAL_STATUSES = ("SUCCESS", "ERROR", "CANCELLED", "MAX_RECOVERY_ATTEMPTS_EXCEEDED")
 # Bumped whenever the objects below change, so an older installation is replaced.
-OBJECTS_VERSION = "fireflow-objects-3"
+OBJECTS_VERSION = "fireflow-objects-4"
 # Serialises concurrent installers (replicas starting together).
 _INSTALL_LOCK_KEY = 0x0F1F_E0F1
 
@@ -49,12 +49,18 @@ _STATEMENTS = (
             PERFORM pg_notify('{TERMINAL_CHANNEL}',
                 json_build_object('workflow_id', NEW.workflow_uuid, 'status', NEW.status)::text);
             -- For workers' claimers under a global cap (read by DBOS's own listener, see dispatcher.py).
-            PERFORM pg_notify('{WAKE_CHANNEL}', '{RUN_ENDED}');
+            -- Only such a queue's runs: every notification wakes every worker's listener thread, which
+            -- then competes for its interpreter's lock with the runs executing there.
+            IF NEW.queue_name IS NOT NULL AND EXISTS (
+                SELECT 1 FROM dbos.queues q WHERE q.name = NEW.queue_name AND q.concurrency IS NOT NULL
+            ) THEN
+                PERFORM pg_notify('{WAKE_CHANNEL}', '{RUN_ENDED}');
+            END IF;
         END IF;
         RETURN NEW;
     END
     $$
-    """,
+    """,  # noqa: S608 - the interpolated names are this module's constants
     """
     CREATE OR REPLACE TRIGGER fireflow_workflow_terminal
         AFTER UPDATE OF status ON dbos.workflow_status
