@@ -39,7 +39,7 @@ from fireflow_worker.local_postgres import LocalPostgres
 
 from benchmarks import measure, report
 from benchmarks.database import Databases
-from benchmarks.workload import QUEUE, TS_DIR, Kind
+from benchmarks.workload import QUEUE, TS_DIR, WORKER_CONCURRENCY, Kind
 
 DEBIAN_POSTGRES = Path("/usr/lib/postgresql")
 
@@ -54,6 +54,7 @@ class Plan:
     nodes: tuple[int, ...] = (1, 3)
     pods: tuple[int, ...] = (1, 2)
     with_async: bool = False
+    concurrency: int = WORKER_CONCURRENCY
 
 
 FULL = Plan(runs=800, repeat=3, idle_window=10.0, claim_runs=100, fleet=(1, 4, 16))
@@ -68,9 +69,9 @@ Job = Callable[[], None]
 
 
 def _throughput(
-    bench: measure.Bench, results: report.Results, kind: Kind, procs: int, nodes: int, pods: int, runs: int
+    bench: measure.Bench, results: report.Results, kind: Kind, procs: int, nodes: int, pods: int, plan: Plan
 ) -> None:
-    t = measure.throughput(bench, kind, nodes, pods, procs, runs)
+    t = measure.throughput(bench, kind, nodes, pods, procs, plan.runs, plan.concurrency)
     results.throughput.append(t)
     _say(
         f"throughput {kind} x{procs}, {nodes}-node, {pods} pod(s): {t.runs_per_second:.1f} runs/s, "
@@ -87,7 +88,7 @@ def _throughput_jobs(plan: Plan, bench: measure.Bench, results: report.Results, 
     if plan.with_async:
         setups.append(("raw-async", 1))
     return [
-        [partial(_throughput, bench, results, kind, procs, nodes, pods, plan.runs) for kind, procs in setups]
+        [partial(_throughput, bench, results, kind, procs, nodes, pods, plan) for kind, procs in setups]
         for nodes in plan.nodes
         for pods in plan.pods
     ]
@@ -185,6 +186,11 @@ def main(argv: list[str] | None = None) -> int:  # noqa: PLR0915 - one flat scri
     parser.add_argument(
         "--processes", type=int, help="N, FireFlow's processes per pod besides 1 (default: this machine's CPUs)"
     )
+    parser.add_argument(
+        "--concurrency",
+        type=int,
+        help=f"DBOS_WORKER_CONCURRENCY of every worker (process) in the drains (default: {WORKER_CONCURRENCY})",
+    )
     parser.add_argument("--keep-logs", action="store_true", help="keep the worker logs (kept anyway on failure)")
     args = parser.parse_args(argv)
     plan = QUICK if args.quick else FULL
@@ -195,6 +201,7 @@ def main(argv: list[str] | None = None) -> int:  # noqa: PLR0915 - one flat scri
         with_async=args.with_async,
         nodes=tuple(args.nodes or plan.nodes),
         pods=tuple(args.pods or plan.pods),
+        concurrency=max(1, args.concurrency or plan.concurrency),
     )
     parts = set(args.only or ("throughput", "idle", "claims", "fleet"))
     node = _check_ts()
@@ -246,7 +253,7 @@ def main(argv: list[str] | None = None) -> int:  # noqa: PLR0915 - one flat scri
     for table in tables:
         if len(table) > 2:
             print("\n".join(table), end="\n\n")
-    print("\n".join(report.NOTES))
+    print("\n".join(note.format(concurrency=plan.concurrency) for note in report.NOTES))
     return 0
 
 

@@ -4,19 +4,27 @@ from __future__ import annotations
 
 import os
 from collections.abc import Iterable
+from dataclasses import dataclass
 from pathlib import Path
 
 _TICKS = os.sysconf("SC_CLK_TCK")
 
 
-def _stat(pid: int) -> tuple[int, float] | None:
-    """(parent pid, user + system CPU seconds) of a live process, None once it is gone."""
+def _fields(stat_path: Path) -> list[str] | None:
+    """The fields of a /proc `stat` file after the command name, None once the process or thread is gone."""
     try:
-        text = Path(f"/proc/{pid}/stat").read_text()
+        text = stat_path.read_text()
     except OSError:
         return None
     # The command name (field 2) may contain spaces; the fields after its closing parenthesis do not.
-    fields = text[text.rindex(")") + 2 :].split()
+    return text[text.rindex(")") + 2 :].split()
+
+
+def _stat(pid: int) -> tuple[int, float] | None:
+    """(parent pid, user + system CPU seconds) of a live process, None once it is gone."""
+    fields = _fields(Path(f"/proc/{pid}/stat"))
+    if fields is None:
+        return None
     return int(fields[1]), (int(fields[11]) + int(fields[12])) / _TICKS
 
 
@@ -47,6 +55,38 @@ def tree_cpu_seconds(roots: Iterable[int]) -> float:
     """User + system CPU seconds so far of the live processes in the trees rooted at `roots`."""
     stats = _all_stats()
     return sum(stats[pid][1] for pid in _members(roots, stats))
+
+
+@dataclass(frozen=True)
+class KernelShare:
+    """What the threads of a process tree spent in the kernel so far: system CPU seconds and context switches
+    (voluntary and involuntary; a thread that ended takes its count with it)."""
+
+    system_seconds: float
+    switches: int
+
+    def __sub__(self, earlier: KernelShare) -> KernelShare:
+        return KernelShare(self.system_seconds - earlier.system_seconds, self.switches - earlier.switches)
+
+
+def tree_kernel_share(roots: Iterable[int]) -> KernelShare:
+    system = 0.0
+    switches = 0
+    for pid in tree_pids(roots):
+        # The process's own system time: its threads', each rounded to clock ticks, would undercount.
+        if (fields := _fields(Path(f"/proc/{pid}/stat"))) is not None:
+            system += int(fields[12]) / _TICKS
+        try:
+            threads = list(Path(f"/proc/{pid}/task").iterdir())
+        except OSError:
+            continue
+        for thread in threads:
+            try:
+                status = (thread / "status").read_text()
+            except OSError:
+                continue
+            switches += sum(int(line.split()[1]) for line in status.splitlines() if "ctxt_switches" in line)
+    return KernelShare(system, switches)
 
 
 def postmaster_pid(data_dir: Path) -> int:

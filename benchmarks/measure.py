@@ -30,10 +30,10 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from benchmarks.cpu import postmaster_pid, tree_cpu_seconds
+from benchmarks.cpu import KernelShare, postmaster_pid, tree_cpu_seconds, tree_kernel_share
 from benchmarks.database import BenchmarkError, Counters, Databases, RunWatcher
 from benchmarks.procs import running_workers
-from benchmarks.workload import QUEUE, Kind, decode_output, enqueuer, expected_result
+from benchmarks.workload import QUEUE, WORKER_CONCURRENCY, Kind, decode_output, enqueuer, expected_result
 
 APP_VERSION = "1.0.0"  # every kind's workers run this version (procs.py)
 
@@ -58,6 +58,8 @@ class Throughput:
     server_cpu_seconds: float
     load: Counters
     rss_mib: float
+    # The workers' threads: system CPU and context switches over the window.
+    worker_kernel: KernelShare
 
     @property
     def runs_per_second(self) -> float:
@@ -105,7 +107,9 @@ class ClaimLatency:
         return statistics.fmean(self.latencies_ms)
 
 
-def throughput(bench: Bench, kind: Kind, nodes: int, pods: int, processes: int, runs: int) -> Throughput:
+def throughput(
+    bench: Bench, kind: Kind, nodes: int, pods: int, processes: int, runs: int, concurrency: int = WORKER_CONCURRENCY
+) -> Throughput:
     url = bench.databases.fresh(f"tp{nodes}n{pods}x{processes}_{kind}", kind)
     server_pid = postmaster_pid(bench.databases.server.data_dir)
     client = enqueuer(kind, url, nodes)
@@ -117,7 +121,15 @@ def throughput(bench: Bench, kind: Kind, nodes: int, pods: int, processes: int, 
         client.close()
     with bench.databases.admin() as admin:
         with (
-            running_workers(kind, url, bench.log_dir, count=pods, queues=[QUEUE], processes=processes) as procs,
+            running_workers(
+                kind,
+                url,
+                bench.log_dir,
+                count=pods,
+                queues=[QUEUE],
+                processes=processes,
+                extra_env={"DBOS_WORKER_CONCURRENCY": str(concurrency)},
+            ) as procs,
             RunWatcher(url) as watcher,
         ):
             admin.execute("SELECT pg_stat_statements_reset()")
@@ -125,9 +137,11 @@ def throughput(bench: Bench, kind: Kind, nodes: int, pods: int, processes: int, 
             queries_before = watcher.queries
             worker_pids = [worker.pid for worker in procs]
             worker_cpu, server_cpu = tree_cpu_seconds(worker_pids), tree_cpu_seconds([server_pid])
+            kernel = tree_kernel_share(worker_pids)
             released_ms = watcher.release(APP_VERSION, QUEUE)
             watcher.wait_all_succeeded(runs, timeout=max(180.0, runs / 2), interval=0.1)
             worker_cpu = tree_cpu_seconds(worker_pids) - worker_cpu
+            kernel = tree_kernel_share(worker_pids) - kernel
             server_cpu = tree_cpu_seconds([server_pid]) - server_cpu
             statements = Counters.read(admin, url).statements - before.statements
             rss = sum(worker.rss_mib() for worker in procs)
@@ -166,6 +180,7 @@ def throughput(bench: Bench, kind: Kind, nodes: int, pods: int, processes: int, 
         server_cpu_seconds=server_cpu,
         load=Counters(statements, commits),
         rss_mib=rss,
+        worker_kernel=kernel,
     )
 
 

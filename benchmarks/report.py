@@ -22,10 +22,13 @@ NOTES = (
     " (template -> transform -> template). raw DBOS-py: `benchmarks/baseline_worker.py`, a plain sync"
     " `@DBOS.workflow` of the same 1 or 3 `@DBOS.step`s, with the worker's pool setting. DBOS-TS:"
     " `benchmarks/ts_worker/worker.js`, @dbos-inc/dbos-sdk 4.27.6 configured as the seed's env table says."
-    " All: worker concurrency 50, no global cap, pool 30, one queue served unless said otherwise.",
+    " All: worker concurrency {concurrency} (per process), no global cap, pool 30, one queue served unless said"
+    " otherwise.",
     "- Throughput: N runs enqueued held before the workers start, released in one transaction once they are"
     " ready; N / (last `completed_at` - release). CPU (all of a pod's processes), statements and commits per"
-    " run: over that window. RSS: the workers' resident memory at the end.",
+    " run: over that window. Kernel %: the workers' system CPU share of it; context switches: voluntary and"
+    " involuntary, of every worker thread, per run (DBOS-py runs each workflow in a thread of its own, and each"
+    " statement hands the interpreter lock over). RSS: the workers' resident memory at the end.",
     "- Idle load: ready workers, nothing queued; `pg_stat_statements` calls and `pg_stat_database.xact_commit`"
     ' deltas of their database over the window. "seed defaults": the TS worker polls fireflow-executions at'
     " DBOS_QUEUE_POLLING_INTERVAL_MS and the other queues at the SDK's default (1 s), as the seed configures"
@@ -125,6 +128,11 @@ METRICS: tuple[tuple[str, Metric], ...] = (
     ("statements/run", lambda t: t.load.statements / t.runs),
     ("commits/run", lambda t: t.load.commits / t.runs),
     ("runs per worker CPU-second", lambda t: t.runs / t.worker_cpu_seconds if t.worker_cpu_seconds else 0.0),
+    (
+        "kernel % of worker CPU",
+        lambda t: 100 * t.worker_kernel.system_seconds / t.worker_cpu_seconds if t.worker_cpu_seconds else 0.0,
+    ),
+    ("context switches/run", lambda t: t.worker_kernel.switches / t.runs),
 )
 
 
@@ -139,8 +147,9 @@ def _group(results: Results, nodes: int, pods: int) -> dict[tuple[str, int], lis
 def throughput_table(results: Results) -> list[str]:
     lines = [
         "| flow, pods | worker | runs/s | worker CPU ms/run | statements/run | commits/run | runs per worker "
-        "CPU-s | RSS MiB | runs/s ÷ TS | CPU/run ÷ raw | statements ÷ raw | commits ÷ raw |",
-        "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
+        "CPU-s | kernel % of worker CPU | context switches/run | RSS MiB | runs/s ÷ TS | CPU/run ÷ raw | "
+        "statements ÷ raw | commits ÷ raw |",
+        "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
     ]
     for nodes, pods in sorted({(t.nodes, t.pods) for t in results.throughput}):
         groups = _group(results, nodes, pods)
@@ -148,10 +157,11 @@ def throughput_table(results: Results) -> list[str]:
         raw = groups.get(("raw", 1), [])
         for _key, measured in sorted(groups.items(), key=lambda item: _order(item[0])):
             values = [[metric(t) for t in measured] for _, metric in METRICS]
-            rate, cpu, statements, commits, per_cpu = values
+            rate, cpu, statements, commits, per_cpu, kernel, switches = values
             lines.append(
                 f"| {nodes}-node, {pods} pod{'s' if pods > 1 else ''} | {_who(measured[0])} | {_spread(rate)} | "
                 f"{_spread(cpu)} | {_spread(statements)} | {_spread(commits)} | {_spread(per_cpu)} | "
+                f"{_spread(kernel)} | {_spread(switches)} | "
                 f"{_fmt(_median(t.rss_mib for t in measured))} | "
                 f"{_ratio(_median(rate), _median(t.runs_per_second for t in ts))} | "
                 f"{_ratio(_median(cpu), _median(t.cpu_ms_per_run for t in raw))} | "
