@@ -4,6 +4,7 @@ cache of flow plans."""
 from __future__ import annotations
 
 import json
+import os
 from typing import Any
 
 import pytest
@@ -11,6 +12,7 @@ from fireflow_worker.config import ConfigError, load_config
 from fireflow_worker.flow_plans import PlanCache, build_plan
 from fireflow_worker.flows.validate import FlowValidationError
 from fireflow_worker.processes import MAX_PROCESSES, cgroup_cpu_limit, child_executor_id, default_processes
+from fireflow_worker.supervisor import Child
 
 URL = "postgresql://u:p@127.0.0.1:5432/db"
 
@@ -153,3 +155,19 @@ def test_should_keep_the_cache_bounded_in_entries_and_size() -> None:
     big["description"] = "d" * 20_000  # larger than the whole cache: used, never kept
     cache.get(big)
     assert all("d" * 100 not in key for key in cache._plans)
+
+
+def test_should_learn_a_processs_health_port_from_its_pipe_without_waiting_for_it() -> None:
+    # The process binds port 0 and says which it got: a port chosen for it could be taken meanwhile.
+    said, told = Child(1, "pod-p1"), Child(2, "pod-p2")
+    said.port_pipe, said_end = os.pipe()
+    told.port_pipe, told_end = os.pipe()
+    assert said.health_port() is None  # nothing said yet: no wait
+    assert said.get("/readyz") == (0, "not answering (its health server has not started)")
+    os.write(said_end, b"41234\n")
+    assert said.health_port() == 41234
+    assert said.health_port() == 41234  # read once, remembered
+    os.close(said_end)
+    os.close(told_end)  # the process ended before it said anything
+    assert told.health_port() is None
+    assert told.port_pipe is None

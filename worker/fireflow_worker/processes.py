@@ -18,6 +18,10 @@ from pathlib import Path
 
 MAX_PROCESSES = 64
 CHILD_SUFFIX = "-p"
+# Set by the supervisor for each worker process: a pipe on which the process writes the loopback port its
+# health server bound. The process binds port 0: a port chosen for it beforehand could be taken in between by
+# any outgoing connection of the pod (ephemeral ports come from the same range), and the pod would fail.
+HEALTH_PORT_FD_ENV = "FIREFLOW_HEALTH_PORT_FD"
 
 
 def child_executor_id(worker_id: str | None, index: int) -> str | None:

@@ -31,6 +31,7 @@ from fireflow_worker.dburl import mask_logs, redact_url
 from fireflow_worker.dispatcher import Dispatcher
 from fireflow_worker.flow_store import ProvisionCache
 from fireflow_worker.health import HealthServer, HealthState
+from fireflow_worker.processes import HEALTH_PORT_FD_ENV
 from fireflow_worker.run_limits import RunLimits
 from fireflow_worker.sampler import QueueDepthSampler
 from fireflow_worker.watchdog import MachineryWatchdog, dbos_probes
@@ -123,6 +124,7 @@ def run_worker(config: WorkerConfig) -> int:
         log.warning("local mode: SQLite at %s; fit for one worker, not for replicas", config.local_sqlite_path)
     state = HealthState()
     server = HealthServer(state, config.health_host, config.health_port).start()
+    _tell_supervisor(server.port)
     stop = threading.Event()
 
     def on_signal(signum: int, _frame: FrameType | None) -> None:
@@ -199,6 +201,14 @@ def _flush_and_exit(status: int) -> None:
     sys.stderr.flush()
     # Running workflow threads would otherwise keep the interpreter alive past the drain.
     os._exit(status)
+
+
+def _tell_supervisor(health_port: int) -> None:
+    """A supervised process says which port its health server bound (see processes.HEALTH_PORT_FD_ENV)."""
+    fd = os.environ.pop(HEALTH_PORT_FD_ENV, None)
+    if fd:
+        with os.fdopen(int(fd), "w") as pipe:
+            pipe.write(f"{health_port}\n")
 
 
 def _exit_broken(state: HealthState, problem: str) -> None:

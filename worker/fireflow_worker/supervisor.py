@@ -1,9 +1,10 @@
 """The supervisor of a pod's worker processes (`FIREFLOW_WORKER_PROCESSES` > 1): PID 1 of the container.
 
 It starts N complete workers (see processes.py for their executor ids), each serving its health endpoints on
-a loopback port of its own, and serves the pod's `/healthz`, `/readyz` and `/metrics` on the one port:
-healthy while every process answers its `/healthz`, ready only while every process is ready, and the
-metrics of all of them, each sample labelled `process="<k>"`.
+a loopback port of its own (bound by the process, which tells the supervisor through a pipe), and serves the
+pod's `/healthz`, `/readyz` and `/metrics` on the one port: healthy while every process answers its
+`/healthz`, ready only while every process is ready, and the metrics of all of them, each sample labelled
+`process="<k>"`.
 
 SIGTERM is forwarded to every process; each drains as a single worker would, and the supervisor exits once
 all have (SIGKILL to any still running after the drain timeout and a grace of a few seconds).
@@ -19,6 +20,7 @@ from __future__ import annotations
 
 import logging
 import os
+import select
 import signal
 import subprocess
 import sys
@@ -28,7 +30,7 @@ import urllib.error
 import urllib.request
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from http import HTTPStatus
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from types import FrameType
@@ -39,8 +41,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from fireflow_worker.cli import SUPERVISOR_PID_ENV
 from fireflow_worker.config import WorkerConfig
 from fireflow_worker.health import NOT_FOUND, Reply, probe_handler
-from fireflow_worker.local_postgres import free_port
-from fireflow_worker.processes import child_executor_id
+from fireflow_worker.processes import HEALTH_PORT_FD_ENV, child_executor_id
 
 log = logging.getLogger("fireflow.supervisor")
 
@@ -53,12 +54,28 @@ KILL_GRACE_SECONDS = 5.0
 class Child:
     index: int
     executor_id: str | None
-    port: int
     process: subprocess.Popen[bytes] | None = None
+    # The loopback port of the process's health server, once it has said which (read end of its pipe).
+    port: int | None = None
+    port_pipe: int | None = None
+    _port_lock: threading.Lock = field(default_factory=threading.Lock)
+
+    def health_port(self) -> int | None:
+        """The port the process bound, read from its pipe without waiting (None: not said yet)."""
+        with self._port_lock:
+            if self.port is None and self.port_pipe is not None and select.select([self.port_pipe], [], [], 0)[0]:
+                said = os.read(self.port_pipe, 64).decode().strip()
+                os.close(self.port_pipe)
+                self.port_pipe = None  # said, or the process closed it unsaid (it ended): nothing more comes
+                self.port = int(said) if said.isdigit() else None
+            return self.port
 
     def get(self, path: str) -> tuple[int, str]:
+        port = self.health_port()
+        if port is None:
+            return 0, "not answering (its health server has not started)"
         try:
-            url = f"http://127.0.0.1:{self.port}{path}"
+            url = f"http://127.0.0.1:{port}{path}"
             with urllib.request.urlopen(url, timeout=PROBE_TIMEOUT_SECONDS) as response:
                 return int(response.status), response.read().decode()
         except urllib.error.HTTPError as err:
@@ -75,7 +92,7 @@ def child_env(config: WorkerConfig, child: Child, environ: dict[str, str]) -> di
         env["FIREFLOW_WORKER_ID"] = child.executor_id
     env["FIREFLOW_WORKER_PROCESSES"] = "1"
     env["FIREFLOW_HEALTH_HOST"] = "127.0.0.1"
-    env["FIREFLOW_HEALTH_PORT"] = str(child.port)
+    env["FIREFLOW_HEALTH_PORT"] = "0"
     env[SUPERVISOR_PID_ENV] = str(os.getpid())
     return env
 
@@ -83,14 +100,19 @@ def child_env(config: WorkerConfig, child: Child, environ: dict[str, str]) -> di
 class Supervisor:
     def __init__(self, config: WorkerConfig, processes: int) -> None:
         self.config = config
-        self.children = [Child(k, child_executor_id(config.worker_id, k), free_port()) for k in range(processes)]
+        self.children = [Child(k, child_executor_id(config.worker_id, k)) for k in range(processes)]
         self.draining = threading.Event()
         self._pool = ThreadPoolExecutor(max_workers=max(4, processes), thread_name_prefix="probe")
 
     def start(self) -> None:
         for child in self.children:
             env = child_env(self.config, child, dict(os.environ))
-            child.process = subprocess.Popen([sys.executable, "-m", "fireflow_worker", "run"], env=env)
+            child.port_pipe, said = os.pipe()
+            env[HEALTH_PORT_FD_ENV] = str(said)
+            child.process = subprocess.Popen(
+                [sys.executable, "-m", "fireflow_worker", "run"], env=env, pass_fds=(said,)
+            )
+            os.close(said)
             log.info(
                 "started worker process %d (executor %s, pid %d)", child.index, child.executor_id, child.process.pid
             )
