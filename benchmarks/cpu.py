@@ -59,8 +59,9 @@ def tree_cpu_seconds(roots: Iterable[int]) -> float:
 
 @dataclass(frozen=True)
 class KernelShare:
-    """What the threads of a process tree spent in the kernel so far: system CPU seconds and context switches
-    (voluntary and involuntary; a thread that ended takes its count with it)."""
+    """What a process tree spent in the kernel so far: its processes' system CPU seconds (their ended threads
+    included) and its live threads' context switches, voluntary and involuntary (a thread that ended takes its
+    count with it; the workers' threads live as long as their pools)."""
 
     system_seconds: float
     switches: int
