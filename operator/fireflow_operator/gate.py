@@ -74,7 +74,7 @@ class MigrationGate:
                     online=bool(step.migration.get("online")),
                 )
                 self.kube.create(self.kube.batch.create_namespaced_job, namespace, job)
-        for name in jobs.jobs_to_delete(records, pool.name, persisted, target):
+        for name in jobs.jobs_to_delete(records, pool.name, persisted, target, step.migration):
             self.kube.delete_job(namespace, name)
         for reason, message in step.events:
             draft.event("Warning" if step.failure else "Normal", reason, message)

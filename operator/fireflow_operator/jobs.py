@@ -38,13 +38,21 @@ def stale_apply(jobs: list[MigrationJob], current_apply: str) -> MigrationJob | 
 
 
 def jobs_to_delete(
-    jobs: list[MigrationJob], pool_name: str, persisted: dict[str, object], spec_target: str
+    jobs: list[MigrationJob],
+    pool_name: str,
+    persisted: dict[str, object],
+    spec_target: str,
+    working: dict[str, object] | None = None,
 ) -> list[str]:
     """Finished Jobs whose outcome the persisted status already holds, but the newest failed one; and running
-    plan Jobs of a target other than `spec_target`."""
+    plan Jobs of a target other than `spec_target`. The Jobs of the round the gate works on now (`working`,
+    the step's status.migration) stay too: a round the status never recorded (its write lost, the operator
+    killed after the create) names Jobs that may have finished already, and the gate adopts their outcome;
+    deleting one would make it create the same Job again, running its plan or apply twice."""
     keep: set[str] = set()
-    if persisted.get("phase") in migration.IN_FLIGHT:
-        keep |= set(round_job_names(pool_name, persisted).values())
+    for status in (persisted, working or {}):
+        if status.get("phase") in migration.IN_FLIGHT:
+            keep |= set(round_job_names(pool_name, status).values())
     failed = sorted((j for j in jobs if j.state == "failed"), key=lambda j: (j.created, j.name))
     if failed:
         keep.add(failed[-1].name)

@@ -163,6 +163,7 @@ class _World:
     sts_target: str | None = None  # what the StatefulSet runs (written before the status)
     status: dict[str, Any] = field(default_factory=dict)
     jobs: dict[str, dict[str, Any]] = field(default_factory=dict)  # name -> {mode, target, state, created}
+    finished_and_deleted: set[str] = field(default_factory=set)  # Jobs that ran to their end, then went
     pods: list[str] = field(default_factory=list)  # the target of each live worker
     held: bool = False
     lock_held: bool = False  # a long transaction: applies fail
@@ -224,6 +225,9 @@ class _World:
                 assert not online or not (self.offline or target in self.unsafe), "an unsafe step applied online"
                 assert not [a for a in self.running_applies() if a != name], "two apply Jobs at once"
             if name not in self.jobs:
+                # A finished Job made again would run its plan or apply twice (the name is the round's). A plan
+                # deleted while it ran (no longer wanted) may be made again: its answer was never read.
+                assert name not in self.finished_and_deleted, f"{name} created twice: {self.log[-8:]}"
                 self.clock += 1
                 self.jobs[name] = {"mode": step.create_job, "target": target, "state": "running",
                                    "created": self.clock, "online": online}  # fmt: skip
@@ -233,8 +237,9 @@ class _World:
             assert self.required[target] <= self.schema, f"{target} rolled out on schema {self.schema}"
             current = target
         self.sts_target = current
-        for name in jobs.jobs_to_delete(records, "pool", persisted, self.spec_target):
-            del self.jobs[name]
+        for name in jobs.jobs_to_delete(records, "pool", persisted, self.spec_target, step.migration):
+            if self.jobs.pop(name)["state"] != "running":
+                self.finished_and_deleted.add(name)
         self.held = step.hold_at_zero
         if not status_lost:
             self.status, self.current_target = step.migration, current
