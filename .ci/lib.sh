@@ -7,7 +7,8 @@ start=$SECONDS
 logs="${FIREFLOW_CACHE_DIR:-$HOME/.cache/fireflow-pool}/logs"
 mkdir -p "$logs"
 engine=""
-background=()
+background=() # builds, waited for by wait_background
+beside=()     # jobs the script waits for itself (a test tier, a check); stopped at the end like the builds
 
 say() { printf '[%s %dm%02ds] %s\n' "$ci_name" $(((SECONDS - start) / 60)) $(((SECONDS - start) % 60)) "$*" >&2; }
 
@@ -21,7 +22,7 @@ ci_cleanup() {
     local status=$?
     trap - EXIT INT TERM
     local pid
-    for pid in "${background[@]}"; do kill_tree "$pid"; done
+    for pid in "${background[@]}" "${beside[@]}"; do kill_tree "$pid"; done
     if [[ -n "$engine" ]]; then
         .venv/bin/python -m tests.kube.kind cleanup --name "$kind_cluster" || true
     fi
@@ -48,10 +49,25 @@ in_background() {
     background+=("$!")
 }
 
+# beside_this <name> <command...>: like in_background, but not waited for by wait_background; its pid in
+# $beside_pid.
+beside_this() {
+    in_background "$@"
+    beside_pid=${background[-1]}
+    unset 'background[-1]'
+    beside+=("$beside_pid")
+}
+
+# wait_background: every background job waited for; the status is the first failure's.
 wait_background() {
-    local pid
-    for pid in "${background[@]}"; do wait "$pid"; done
+    local pid status=0 failed
+    for pid in "${background[@]}"; do
+        failed=0
+        wait "$pid" || failed=$?
+        ((status)) || status=$failed
+    done
     background=()
+    return "$status"
 }
 
 # build_images_beside_the_control_plane: the network-bound Debian builds (the project images on their base,

@@ -11,12 +11,10 @@ loopback, with passwords (scram-sha-256).
 from __future__ import annotations
 
 import shutil
-import tempfile
 import time
 from dataclasses import dataclass
-from pathlib import Path
 
-from fireflow_worker.local_postgres import SUPERUSER, LocalPostgres
+from fireflow_worker.local_postgres import SUPERUSER, LocalPostgres, scratch_dir
 
 
 @dataclass(frozen=True)
@@ -40,8 +38,7 @@ class Database:
     def __init__(self, max_connections: int, pod_host: str = "127.0.0.1", pod_network: str = "127.0.0.1/32") -> None:
         self.max_connections = max_connections
         self.pod_host = pod_host
-        self._config_dir = Path(tempfile.mkdtemp(prefix="fireflow-e2e-pg-conf-"))
-        self._config_dir.chmod(0o755)  # read by the server's own unprivileged user
+        self._config_dir = scratch_dir("fireflow-e2e-pg-conf-")  # read by the server's own unprivileged user
         hba = self._config_dir / "pg_hba.conf"
         hba.write_text(hba_rules(pod_network))
         hba.chmod(0o644)

