@@ -37,6 +37,7 @@ REASON_OVER_BUDGET = "OverBudget"
 REASON_DATABASE_UNREACHABLE = "DatabaseUnreachable"
 REASON_DATABASE_QUERY_FAILED = "DatabaseQueryFailed"
 REASON_RUNS_NOT_RECOVERED = "RunsNotRecovered"
+REASON_DELETING = "Deleting"  # the finalizer waits for the workers to exit or the database to answer
 REASON_INVALID_SPEC = "InvalidSpec"
 REASON_SECRET_MISSING = "SecretMissing"
 REASON_APPLICATION_CONFLICT = "ApplicationNameConflict"

@@ -13,7 +13,17 @@ from typing import Any
 import yaml
 
 from fireflow_operator.k8s_types import cel_string
-from fireflow_operator.model import GROUP, KIND, MAX_POOL_NAME, PLURAL, POOL_NAME, SHORT_NAME, VERSION, PoolSpec
+from fireflow_operator.model import (
+    GROUP,
+    KIND,
+    MAX_POOL_NAME,
+    PLURAL,
+    POOL_NAME,
+    SHORT_NAME,
+    VERSION,
+    VERSIONED_NAME,
+    PoolSpec,
+)
 
 _KEEP = {
     "type", "description", "default", "minimum", "maximum", "minLength", "maxLength", "pattern", "enum",
@@ -67,6 +77,13 @@ NAME_RULE = {
     "rule": f"self.metadata.name.size() <= {MAX_POOL_NAME} && self.metadata.name.matches({cel_string(POOL_NAME)})",
     "message": f"metadata.name must be at most {MAX_POOL_NAME} characters of a-z, 0-9 and '-', start with a letter "
     "and end with a letter or digit: the pool's StatefulSet, Service and pods are named after it",
+}
+# Version N's StatefulSet is `<pool>-vN`: a pool named so would share its StatefulSet and executor ids with that
+# version of another pool.
+VERSION_SUFFIX_RULE = {
+    "rule": f"!self.metadata.name.matches({cel_string(VERSIONED_NAME)})",
+    "message": "metadata.name must not end in -v and a number: a pool's later application versions run in "
+    "StatefulSets named <pool>-v<N>; choose another name",
 }
 
 STATUS_SCHEMA: dict[str, Any] = {
@@ -133,7 +150,7 @@ def build_crd() -> dict[str, Any]:
                         "openAPIV3Schema": {
                             "type": "object",
                             "description": "A pool of FireFlow workers running flows as durable DBOS workflows.",
-                            "x-kubernetes-validations": [NAME_RULE],
+                            "x-kubernetes-validations": [NAME_RULE, VERSION_SUFFIX_RULE],
                             "required": ["spec"],
                             "properties": {
                                 "apiVersion": {"type": "string"},

@@ -10,14 +10,13 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from kubernetes.client.exceptions import ApiException
 from pydantic import ValidationError
 
 from fireflow_operator import conditions, connection, names, recovery
 from fireflow_operator.builders import Pool
 from fireflow_operator.dbprobe import DatabaseQueryError, DatabaseUnreachableError
 from fireflow_operator.dsn import redact
-from fireflow_operator.kube import Kube, read_or_none
+from fireflow_operator.kube import Kube
 from fireflow_operator.model import parse_spec
 from fireflow_operator.settings import OperatorSettings
 
@@ -42,19 +41,22 @@ def _secret_gone_message(namespace: str, pool_name: str, secret: str) -> str:
 
 
 def finalize(kube: Kube, settings: OperatorSettings, body: dict[str, Any]) -> Waiting | None:
-    """None when done (the caller lets the pool go), else what it is still waiting for."""
+    """None when done (the caller lets the pool go), else what it is still waiting for. Called again after
+    it succeeded (kopf may), it finds the work done and changes nothing."""
     meta = body["metadata"]
     namespace, name = meta["namespace"], meta["name"]
-    sts_name = names.statefulset_name(name)
-    sts: Any = read_or_none(kube.apps.read_namespaced_stateful_set, sts_name, namespace)
-    if sts is not None and sts.spec.replicas and not sts.metadata.deletion_timestamp:
-        try:
-            kube.apps.patch_namespaced_stateful_set_scale(sts_name, namespace, {"spec": {"replicas": 0}})
-        except ApiException as err:
-            if err.status != 404:  # deleted meanwhile (the namespace going, or the garbage collector)
-                raise
-    if kube.list_pod_names(namespace, names.selector_labels(name)):
-        return Waiting("waiting for the workers to drain and exit")
+    if names.ANNOTATION_RUNS_HANDED_BACK in kube.pool_annotations(namespace, name):
+        connection.release_copy(kube, namespace, name)  # a no-op when an earlier call released it
+        return None
+    # Every version's StatefulSet: reconcile does nothing for a pool being deleted, and the garbage
+    # collector waits for the pool itself, so nothing else would ever scale them down.
+    for sts in kube.pool_statefulsets(namespace, name):
+        if sts.spec.replicas and not sts.metadata.deletion_timestamp:
+            kube.scale_to_zero(namespace, str(sts.metadata.name))
+    left = sorted(kube.list_pod_names(namespace, names.selector_labels(name)))
+    if left:
+        shown = ", ".join(left[:5]) + (f" and {len(left) - 5} more" if len(left) > 5 else "")
+        return Waiting(f"waiting for the workers to drain and exit before their runs are handed back: {shown}")
     try:
         spec = parse_spec(body.get("spec") or {})
     except ValidationError:
@@ -69,22 +71,27 @@ def finalize(kube: Kube, settings: OperatorSettings, body: dict[str, Any]) -> Wa
         return Waiting(_secret_gone_message(namespace, name, spec.database.secret_ref.name), blocked=True)
     timeout = settings.database_timeout_seconds
     try:
-        executors = recovery.pending_executors(source.url, namespace, sts_name, timeout_seconds=timeout)
+        executors = recovery.pool_pending_executors(source.url, namespace, name, timeout_seconds=timeout)
         recovery.resume_runs_of(source.url, spec.dbos.application_name, executors, timeout_seconds=timeout)
     except (DatabaseUnreachableError, DatabaseQueryError) as err:
         message = f"cannot reach the database to recover runs: {redact(str(err), source.url)}"
         return Waiting(message, retry_seconds=settings.resync_seconds)
+    # Recorded before the copy goes: a later call must not mistake the missing copy for a lost database URL.
+    kube.annotate_pool(namespace, name, {names.ANNOTATION_RUNS_HANDED_BACK: str(len(executors))})
     connection.release_copy(kube, namespace, name)
     return None
 
 
-def report_blocked(kube: Kube, body: dict[str, Any], waiting: Waiting) -> None:
-    """Say on the pool, as a condition, why its deletion waits for a person."""
+def report_waiting(kube: Kube, body: dict[str, Any], waiting: Waiting) -> bool:
+    """Say on the pool, as conditions, why its deletion waits (Degraded too when only a person can help);
+    True when that changed what the pool said."""
     meta = body["metadata"]
     old = list((body.get("status") or {}).get("conditions") or [])
     generation = int(meta.get("generation", 0))
-    reason = conditions.REASON_RUNS_NOT_RECOVERED
-    new = conditions.set_condition(old, conditions.DEGRADED_CONDITION, True, reason, waiting.message, generation)
+    if waiting.blocked:
+        reason = conditions.REASON_RUNS_NOT_RECOVERED
+        new = conditions.set_condition(old, conditions.DEGRADED_CONDITION, True, reason, waiting.message, generation)
+    else:
+        reason, new = conditions.REASON_DELETING, old
     new = conditions.set_condition(new, conditions.READY, False, reason, waiting.message, generation)
-    if new != old:
-        kube.write_status(meta["namespace"], meta["name"], {"conditions": old}, {"conditions": new})
+    return kube.write_status(meta["namespace"], meta["name"], {"conditions": old}, {"conditions": new})

@@ -73,6 +73,7 @@ _OPAQUE: dict[str, Any] = {"type": "object", "x-kubernetes-preserve-unknown-fiel
 # "<pool>-v<up to 5 digits>-<10 characters>", which must fit a 63-character label value.
 MAX_POOL_NAME = 63 - len("-v99999") - len("-") - 10
 POOL_NAME = r"^[a-z]([-a-z0-9]*[a-z0-9])?$"  # a DNS-1035 label: the Service name starts with it
+VERSIONED_NAME = r"-v[0-9]+$"  # what names.statefulset_name appends for later application versions
 
 
 def _k8s_object(description: str, *, array: bool = False) -> Any:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import re
 
 LABEL_NAME = "app.kubernetes.io/name"
 LABEL_INSTANCE = "app.kubernetes.io/instance"
@@ -16,6 +17,9 @@ LABEL_ONLINE = "fireflow.persistent.ai/online"  # on apply Jobs that run while t
 LABEL_DATABASE = "fireflow.persistent.ai/database"  # on apply Jobs: one at a time per database
 ANNOTATION_TARGET = "fireflow.persistent.ai/target"
 FINALIZER = "fireflow.persistent.ai/recover-runs"  # on pools and on their connection Secret copies
+# On a pool being deleted, once its finalizer handed every run back: a later call of the finalizer (kopf may
+# call it again) finds the work done instead of finding the connection copy gone.
+ANNOTATION_RUNS_HANDED_BACK = "fireflow.persistent.ai/runs-handed-back"
 CONNECTION_KEY = "url"
 
 WORKER_APP = "fireflow-worker"
@@ -88,6 +92,13 @@ def database_label(database_key: str) -> str:
 def executor_id(namespace: str, pod_name: str) -> str:
     """A worker's DBOS executor id: unique across every pool on a database, stable across restarts."""
     return f"{namespace}.{pod_name}"
+
+
+def pool_executor_pattern(namespace: str, pool_name: str) -> re.Pattern[str]:
+    """Every executor id the pool's pods can have, of every version's StatefulSet (`<pool>-<ordinal>`,
+    `<pool>-v<N>-<ordinal>`, each with an optional `-p<k>` process suffix), and no other pool's: a prefix
+    alone would also match a pool named `<pool>-b` in the same namespace."""
+    return re.compile(rf"{re.escape(namespace)}\.{re.escape(pool_name)}(?:-v\d+)?-\d+(?:-p\d+)?")
 
 
 def target_hash(image: str, application_version: str) -> str:

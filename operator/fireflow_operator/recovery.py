@@ -14,6 +14,7 @@ from collections.abc import Iterable
 
 import psycopg
 
+from fireflow_operator import names
 from fireflow_operator.dbprobe import DatabaseQueryError, connect
 from fireflow_operator.dsn import libpq_dsn
 
@@ -51,8 +52,18 @@ def stranded_executors(
 
 
 def pending_executors(url: str, namespace: str, statefulset: str, *, timeout_seconds: int) -> list[str]:
-    """Executor ids of this pool's pods that own PENDING runs (raises the dbprobe errors)."""
-    prefix = f"{namespace}.{statefulset}-"
+    """Executor ids of this StatefulSet's pods that own PENDING runs (raises the dbprobe errors)."""
+    return _pending_with_prefix(url, f"{namespace}.{statefulset}-", timeout_seconds)
+
+
+def pool_pending_executors(url: str, namespace: str, pool_name: str, *, timeout_seconds: int) -> list[str]:
+    """Executor ids of every version's pods of the pool that own PENDING runs, and no other pool's."""
+    pattern = names.pool_executor_pattern(namespace, pool_name)
+    found = _pending_with_prefix(url, f"{namespace}.{pool_name}-", timeout_seconds)
+    return [executor for executor in found if pattern.fullmatch(executor)]
+
+
+def _pending_with_prefix(url: str, prefix: str, timeout_seconds: int) -> list[str]:
     with connect(url, timeout_seconds) as conn:
         try:
             if conn.execute("SELECT to_regclass('dbos.workflow_status') IS NULL").fetchone() == (True,):

@@ -44,6 +44,7 @@ def _rejection(api: ApiClient, namespace: str, body: dict[str, Any]) -> str:
         ("p" * (MAX_POOL_NAME + 1), {}, f"metadata.name must be at most {MAX_POOL_NAME} characters"),
         ("team.pool", {}, "the pool's StatefulSet, Service and pods are named after it"),
         ("1pool", {}, "start with a letter"),
+        ("pool-v2", {}, "must not end in -v and a number: a pool's later application versions run in"),
         ("p", {"resources": {"limits": {"cpu": "lots"}}}, "spec.resources.limits.cpu in body should match"),
         ("p", {"resources": {"limits": {"not a resource!": "1"}}}, "every key must be a resource name"),
         ("p", {"tolerations": [{"key": "k", "operator": "Sometimes"}]},
