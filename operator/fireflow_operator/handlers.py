@@ -19,10 +19,11 @@ from typing import Any
 import kopf
 from kubernetes import client, config
 
-from fireflow_operator import metrics, names
-from fireflow_operator.finalizer import finalize, report_blocked
+from fireflow_operator import conditions, metrics, names
+from fireflow_operator.finalizer import finalize, report_waiting
 from fireflow_operator.kube import Kube
 from fireflow_operator.model import GROUP, PLURAL, VERSION
+from fireflow_operator.pool_index import PoolIndex
 from fireflow_operator.reconcile import Reconciler
 from fireflow_operator.settings import OperatorSettings, load_settings
 
@@ -44,6 +45,7 @@ class DigestDiffBaseStorage(kopf.AnnotationsDiffBaseStorage):
 
 class _State:
     kube: Kube
+    pool_index: PoolIndex
     settings: OperatorSettings
     reconciler: Reconciler
 
@@ -60,6 +62,7 @@ def configure(settings: kopf.OperatorSettings, **_: Any) -> None:
     except config.ConfigException:
         config.load_kube_config()  # type: ignore[no-untyped-call]
     STATE.kube = Kube.from_client(client.ApiClient())
+    STATE.pool_index = STATE.kube.pool_index = PoolIndex()
     STATE.reconciler = Reconciler(STATE.kube, STATE.settings)
     # Our finalizer's name says what it guards; kopf keeps its own bookkeeping out of status.
     settings.persistence.finalizer = names.FINALIZER
@@ -132,6 +135,12 @@ def _requeue(namespace: str, name: str, delay: float) -> None:
     _requeues[key] = loop.call_later(delay, lambda: asyncio.ensure_future(_reconcile(namespace, name)))
 
 
+@kopf.on.event(GROUP, VERSION, PLURAL)
+async def pool_seen(body: kopf.Body, type: str | None, **_: Any) -> None:
+    # Every pool's latest version, for the budget's view of the fleet (pool_index.py); cheap, never blocks.
+    STATE.pool_index.observe(dict(body), deleted=type == "DELETED")
+
+
 @kopf.on.resume(GROUP, VERSION, PLURAL)
 @kopf.on.create(GROUP, VERSION, PLURAL)
 @kopf.on.update(GROUP, VERSION, PLURAL)
@@ -159,9 +168,11 @@ async def pool_deleted(body: kopf.Body, **_: Any) -> None:
     waiting = await asyncio.to_thread(finalize, STATE.kube, STATE.settings, dict(body))
     if waiting is None:
         return
+    # Said where users look (the conditions, and an event when that changes), then looked at again.
+    changed = await asyncio.to_thread(report_waiting, STATE.kube, dict(body), waiting)
     if waiting.blocked:
-        # Only a person can unblock it: say so where they look, then look again now and then.
-        await asyncio.to_thread(report_blocked, STATE.kube, dict(body), waiting)
-        kopf.warn(body, reason="RunsNotRecovered", message=waiting.message)
+        kopf.warn(body, reason=conditions.REASON_RUNS_NOT_RECOVERED, message=waiting.message)
         raise kopf.TemporaryError(waiting.message, delay=30)
+    if changed:
+        kopf.info(body, reason=conditions.REASON_DELETING, message=waiting.message)
     raise kopf.TemporaryError(waiting.message, delay=waiting.retry_seconds)

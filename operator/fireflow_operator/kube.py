@@ -5,14 +5,17 @@ from __future__ import annotations
 import base64
 import hashlib
 import json
+import time
 from collections.abc import Callable
-from dataclasses import dataclass
-from typing import Any, TypeVar
+from dataclasses import dataclass, field
+from typing import Any, TypeVar, cast
 
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
+from fireflow_operator import names
 from fireflow_operator.model import GROUP, PLURAL, VERSION
+from fireflow_operator.pool_index import PoolIndex
 
 HASH_ANNOTATION = "fireflow.persistent.ai/spec-hash"
 T = TypeVar("T")
@@ -52,6 +55,9 @@ def api_error(err: ApiException) -> tuple[str, str]:
     return kind, str(body.get("message") or err.reason)[:1000]
 
 
+SERVICE_RECHECK_SECONDS = 600.0
+
+
 @dataclass
 class Kube:
     """The API groups the operator uses, sharing one ApiClient."""
@@ -61,6 +67,9 @@ class Kube:
     batch: client.BatchV1Api
     policy: client.PolicyV1Api
     custom: client.CustomObjectsApi
+    # Services known to exist, by (namespace, name, owner uid) -> when last confirmed (monotonic seconds).
+    services_seen: dict[tuple[str, str, str], float] = field(default_factory=dict)
+    pool_index: PoolIndex | None = None  # set by the running operator (handlers.py feeds it)
 
     @classmethod
     def from_client(cls, api_client: client.ApiClient) -> Kube:
@@ -82,6 +91,18 @@ class Kube:
         except ApiException as err:
             if err.status != 409:
                 raise
+
+    def ensure_service(self, body: dict[str, Any], recheck_seconds: float = SERVICE_RECHECK_SECONDS) -> None:
+        """Create the Service once; later reconciles trust it exists, and look again only after
+        `recheck_seconds` (a Service deleted by hand comes back then): no write, and no read, per reconcile."""
+        meta = body["metadata"]
+        key = (str(meta["namespace"]), str(meta["name"]), str(meta["ownerReferences"][0]["uid"]))
+        now = time.monotonic()
+        if now - self.services_seen.get(key, -recheck_seconds) < recheck_seconds:
+            return
+        if read_or_none(self.core.read_namespaced_service, key[1], key[0]) is None:
+            self.create(self.core.create_namespaced_service, key[0], body)
+        self.services_seen[key] = now
 
     def upsert_statefulset(self, body: dict[str, Any], existing: Any | None) -> bool:
         """Create or replace the StatefulSet when what we own in it changed; True when it wrote."""
@@ -164,6 +185,35 @@ class Kube:
             found[str(pod.metadata.name)] = int(processes) if processes.isdigit() else 1
         return found
 
+    def pool_statefulsets(self, namespace: str, pool_name: str) -> list[Any]:
+        """Every StatefulSet of the pool, one per application version (the pool's own children only)."""
+        selector = f"{names.LABEL_MANAGED_BY}={names.MANAGER},{names.LABEL_POOL}={pool_name}"
+        listed = self.apps.list_namespaced_stateful_set(namespace, label_selector=selector).items
+        return [sts for sts in listed if sts.metadata is not None]
+
+    def scale_to_zero(self, namespace: str, name: str) -> None:
+        """Scale a StatefulSet to no replicas; one deleted meanwhile (by the namespace going) is not an error."""
+        try:
+            self.apps.patch_namespaced_stateful_set_scale(name, namespace, {"spec": {"replicas": 0}})
+        except ApiException as err:
+            if err.status != 404:
+                raise
+
+    def pool_annotations(self, namespace: str, name: str) -> dict[str, str]:
+        """The pool's annotations as stored now (a handler's body may predate its own last patch)."""
+        try:
+            pool = self.custom.get_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, name)
+        except ApiException as err:
+            if err.status == 404:
+                return {}
+            raise
+        metadata: dict[str, Any] = cast(dict[str, Any], pool).get("metadata") or {}
+        return dict(metadata.get("annotations") or {})
+
+    def annotate_pool(self, namespace: str, name: str, annotations: dict[str, str]) -> None:
+        patch = {"metadata": {"annotations": annotations}}
+        self.custom.patch_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, name, patch)
+
     def list_pod_names(self, namespace: str, selector: dict[str, str]) -> set[str]:
         label_selector = ",".join(f"{k}={v}" for k, v in selector.items())
         pods = self.core.list_namespaced_pod(namespace, label_selector=label_selector).items
@@ -173,7 +223,13 @@ class Kube:
         return list(self.core.list_namespaced_pod(namespace, label_selector=f"job-name={job_name}").items)
 
     def list_pools(self, namespaces: list[str]) -> list[dict[str, Any]]:
-        """Every pool this operator may see: in `namespaces`, or cluster-wide when empty."""
+        """Every pool this operator may see: from the watch-fed index once the operator runs, else listed."""
+        if self.pool_index is not None:
+            return self.pool_index.pools(lambda: self.list_pools_now(namespaces))
+        return self.list_pools_now(namespaces)
+
+    def list_pools_now(self, namespaces: list[str]) -> list[dict[str, Any]]:
+        """Every pool in `namespaces`, or cluster-wide when empty, from the API server."""
         if not namespaces:
             listed: Any = self.custom.list_cluster_custom_object(GROUP, VERSION, PLURAL)
             return list(listed.get("items", []))
@@ -185,9 +241,23 @@ class Kube:
 
     def write_status(self, namespace: str, name: str, old: dict[str, Any], new: dict[str, Any]) -> bool:
         """Write the status unless nothing changed; True when it wrote."""
-        if old == new:
+        patch = merge_patch(old, new)
+        if not patch:
             return False
-        # Keys that vanished must be nulled explicitly in a merge patch.
-        patch = {**{key: None for key in old if key not in new}, **new}
         self.custom.patch_namespaced_custom_object_status(GROUP, VERSION, namespace, PLURAL, name, {"status": patch})
         return True
+
+
+def merge_patch(old: dict[str, Any], new: dict[str, Any]) -> dict[str, Any]:
+    """The JSON merge patch (RFC 7386) that turns `old` into `new`, with only what changed: keys that vanished,
+    at any depth, nulled explicitly (else the stored status keeps them and every later comparison differs)."""
+    patch: dict[str, Any] = {key: None for key in old if key not in new}
+    for key, value in new.items():
+        before = old.get(key)
+        if isinstance(value, dict) and isinstance(before, dict):
+            nested = merge_patch(before, value)
+            if nested:
+                patch[key] = nested
+        elif key not in old or before != value:
+            patch[key] = value
+    return patch

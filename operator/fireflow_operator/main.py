@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import argparse
+import asyncio
 import sys
 
+from fireflow_operator.leadership import Leadership, StandbyHealth
 from fireflow_operator.settings import OperatorSettings, SettingsError, load_settings
 
 
@@ -36,13 +38,43 @@ def main(argv: list[str] | None = None) -> int:
     from fireflow_operator import handlers  # noqa: F401, PLC0415 - registers the handlers
 
     kopf.configure(verbose=settings.log_level == "DEBUG")
-    kopf.run(
-        standalone=True,  # one replica (the chart's default); no peering objects needed
-        clusterwide=not settings.namespaces,
-        namespaces=settings.namespaces,
-        liveness_endpoint=f"http://0.0.0.0:{settings.health_port}/healthz",
-    )
+    loop = asyncio.new_event_loop()
+    leadership = _lead(settings, loop) if settings.leader_election_namespace else None
+    try:
+        kopf.run(
+            loop=loop,
+            standalone=True,  # no kopf peering: leadership.py decides who runs at all
+            clusterwide=not settings.namespaces,
+            namespaces=settings.namespaces,
+            liveness_endpoint=f"http://0.0.0.0:{settings.health_port}/healthz",
+            stop_flag=leadership.stop if leadership else None,
+        )
+    finally:
+        loop.close()
+    if leadership is None:
+        return 0
+    if leadership.lost:
+        print("error: lost the leader Lease; exiting so that this replica comes back as a candidate", file=sys.stderr)
+        return 1
+    leadership.release()
     return 0
+
+
+def _lead(settings: OperatorSettings, loop: asyncio.AbstractEventLoop) -> Leadership:
+    """Wait, answering the liveness probe, until this replica holds the Lease."""
+    from kubernetes import config  # noqa: PLC0415
+
+    try:
+        config.load_incluster_config()  # type: ignore[no-untyped-call]
+    except config.ConfigException:
+        config.load_kube_config()  # type: ignore[no-untyped-call]
+    leadership = Leadership(settings, loop)
+    standby = StandbyHealth("0.0.0.0", settings.health_port)  # noqa: S104 - probed via the pod IP, as kopf's
+    try:
+        leadership.acquire()
+    finally:
+        standby.close()  # kopf serves the same port from now on
+    return leadership
 
 
 if __name__ == "__main__":

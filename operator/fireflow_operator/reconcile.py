@@ -192,7 +192,7 @@ class Reconciler:
         self, pool: Pool, facts: DatabaseFacts, pools: list[dict[str, Any]], draft: StatusDraft
     ) -> None:
         name = pool.name
-        self.kube.create(self.kube.core.create_namespaced_service, pool.namespace, build_headless_service(pool))
+        self.kube.ensure_service(build_headless_service(pool))
         listed = fleet.load(draft.new)
         current = fleet.current_of(listed) or Version(pool.spec.dbos.application_version, 0, pool.spec.image, CURRENT)
         sts = self._read_sts(pool, current.index)

@@ -6,7 +6,7 @@ import os
 from collections.abc import Mapping
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationError, model_validator
 
 
 class SettingsError(Exception):
@@ -49,6 +49,25 @@ class OperatorSettings(BaseModel):
     # spec.env reads): a pool author must not get a Secret they may not read through the operator.
     require_shared_secrets: bool = Field(True, alias="FIREFLOW_OPERATOR_REQUIRE_SHARED_SECRETS")
     log_level: Literal["DEBUG", "INFO", "WARNING", "ERROR"] = Field("INFO", alias="FIREFLOW_OPERATOR_LOG_LEVEL")
+    # Leader election on a coordination.k8s.io Lease in this namespace (the chart sets its own): replicas
+    # beyond one stand by and take over when the leader's Lease expires. Empty: no election (one replica).
+    leader_election_namespace: str = Field("", alias="FIREFLOW_OPERATOR_LEADER_ELECTION_NAMESPACE")
+    lease_name: str = Field("fireflow-operator", min_length=1, alias="FIREFLOW_OPERATOR_LEASE_NAME")
+    # A leader that could not renew for renew_deadline stops leading; the others wait lease_duration from the
+    # last renewal they saw, so at most one leads. Failover takes about lease_duration + retry_period.
+    lease_duration_seconds: float = Field(10, ge=2, le=300, alias="FIREFLOW_OPERATOR_LEASE_DURATION_SECONDS")
+    renew_deadline_seconds: float = Field(7, ge=1, le=300, alias="FIREFLOW_OPERATOR_RENEW_DEADLINE_SECONDS")
+    retry_period_seconds: float = Field(2, ge=1, le=60, alias="FIREFLOW_OPERATOR_RETRY_PERIOD_SECONDS")
+
+    @model_validator(mode="after")
+    def _renewal_inside_the_lease(self) -> OperatorSettings:
+        if not 1.2 * self.retry_period_seconds < self.renew_deadline_seconds < self.lease_duration_seconds:
+            raise ValueError(
+                "1.2 x FIREFLOW_OPERATOR_RETRY_PERIOD_SECONDS < FIREFLOW_OPERATOR_RENEW_DEADLINE_SECONDS < "
+                "FIREFLOW_OPERATOR_LEASE_DURATION_SECONDS must hold, so that a leader retries within its deadline "
+                "and lets go before another takes over"
+            )
+        return self
 
 
 def load_settings(environ: Mapping[str, str] | None = None) -> OperatorSettings:
@@ -61,5 +80,7 @@ def load_settings(environ: Mapping[str, str] | None = None) -> OperatorSettings:
         return OperatorSettings.model_validate(values)
     except ValidationError as err:
         first = err.errors(include_url=False)[0]
-        alias = str(first["loc"][0]) if first.get("loc") else "settings"
+        if not first.get("loc"):  # a rule over several settings: its message names them
+            raise SettingsError(str(first["msg"]).removeprefix("Value error, ")) from None
+        alias = str(first["loc"][0])
         raise SettingsError(f"invalid {alias}={values.get(alias, '')!r}: {first['msg']}") from None

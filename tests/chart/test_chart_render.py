@@ -60,6 +60,9 @@ def _container(objects: list[Json]) -> Json:
 def _env(objects: list[Json]) -> dict[str, str]:
     env: dict[str, str] = {}
     for var in _container(objects)["env"]:
+        if var["name"] == "POD_NAME":  # the Lease holder's name, from the downward API
+            assert var["valueFrom"] == {"fieldRef": {"fieldPath": "metadata.name"}}
+            continue
         assert "valueFrom" not in var, f"{var['name']}: configuration is plain env, never a reference"
         env[var["name"]] = var["value"]
     return env
@@ -136,11 +139,14 @@ def test_should_label_every_object_and_select_only_name_and_instance(tmp_path: P
         assert service["spec"]["selector"] == SELECTOR
 
 
-def test_should_run_one_operator_replaced_by_recreate_with_secure_defaults(tmp_path: Path) -> None:
+def test_should_run_one_operator_replaced_by_a_rolling_update_with_secure_defaults(tmp_path: Path) -> None:
     objects = render(tmp_path, {}, release=RELEASE)
     deployment = one(objects, "Deployment")
     assert deployment["spec"]["replicas"] == 1
-    assert deployment["spec"]["strategy"] == {"type": "Recreate"}
+    # The new pod starts as a candidate; the old leader hands the Lease over when it exits.
+    rolling = {"type": "RollingUpdate", "rollingUpdate": {"maxUnavailable": 0, "maxSurge": 1}}
+    assert deployment["spec"]["strategy"] == rolling
+    assert not by_kind(objects, "PodDisruptionBudget") and "affinity" not in deployment["spec"]["template"]["spec"]
     pod = deployment["spec"]["template"]["spec"]
     assert pod["securityContext"]["runAsNonRoot"] is True
     assert pod["securityContext"]["runAsUser"] == 10001
@@ -177,7 +183,35 @@ def test_should_default_every_setting_to_the_operators_own_default(tmp_path: Pat
     env = _env(render(tmp_path, {}, release=RELEASE))
     aliases = {info.alias for info in OperatorSettings.model_fields.values() if info.alias}
     assert aliases - set(env) == {"FIREFLOW_OPERATOR_NAMESPACES"}, "cluster-wide mode leaves only this unset"
-    assert load_settings(env) == load_settings({}), "the chart's defaults are the operator's defaults"
+    election = {"leader_election_namespace": "fireflow-system", "lease_name": f"{RELEASE}-fireflow-operator-leader"}
+    expected = load_settings({}).model_copy(update=election)
+    assert load_settings(env) == expected, "the chart's defaults are the operator's defaults, and it always elects"
+
+
+def test_should_elect_a_leader_and_spread_two_or_more_replicas(tmp_path: Path) -> None:
+    objects = render(tmp_path, {"replicaCount": 2}, release=RELEASE)
+    deployment = one(objects, "Deployment")
+    assert deployment["spec"]["replicas"] == 2
+    pdb = one(objects, "PodDisruptionBudget")
+    assert pdb["spec"]["minAvailable"] == 1
+    assert pdb["spec"]["selector"]["matchLabels"] == deployment["spec"]["selector"]["matchLabels"]
+    spread = deployment["spec"]["template"]["spec"]["affinity"]["podAntiAffinity"]
+    term = spread["preferredDuringSchedulingIgnoredDuringExecution"][0]["podAffinityTerm"]
+    assert term["topologyKey"] == "kubernetes.io/hostname"
+    assert term["labelSelector"]["matchLabels"] == deployment["spec"]["selector"]["matchLabels"]
+    lease = f"{RELEASE}-fireflow-operator-leader"
+    (role,) = [r for r in by_kind(objects, "Role") if r["metadata"]["name"] == lease]
+    assert role["metadata"]["namespace"] == "fireflow-system"
+    assert role["rules"] == [
+        {"apiGroups": ["coordination.k8s.io"], "resources": ["leases"], "verbs": ["create"]},
+        {"apiGroups": ["coordination.k8s.io"], "resources": ["leases"], "resourceNames": [lease],
+         "verbs": ["get", "update"]},
+    ]  # fmt: skip
+    env = _env(objects)
+    assert (env["FIREFLOW_OPERATOR_LEADER_ELECTION_NAMESPACE"], env["FIREFLOW_OPERATOR_LEASE_NAME"]) == (
+        "fireflow-system",
+        lease,
+    )
 
 
 @pytest.mark.parametrize("scenario", SCENARIOS, ids=SCENARIO_IDS)
@@ -224,9 +258,14 @@ def test_should_pass_custom_settings_image_and_resources_through(tmp_path: Path)
     assert one(objects, "ClusterRoleBinding")["subjects"][0]["name"] == "fireflow-operator-sa"
 
 
+def _pool_roles(objects: list[Json], kind: str) -> list[Json]:
+    """The Roles or RoleBindings for pools (not the leader Lease's own)."""
+    return [o for o in by_kind(objects, kind) if not o["metadata"]["name"].endswith("-leader")]
+
+
 def test_should_grant_cluster_wide_rbac_when_no_namespace_is_watched(tmp_path: Path) -> None:
     objects = render(tmp_path, {}, release=RELEASE)
-    assert not by_kind(objects, "Role") and not by_kind(objects, "RoleBinding")
+    assert not _pool_roles(objects, "Role") and not _pool_roles(objects, "RoleBinding")
     role = one(objects, "ClusterRole")
     assert _flat_rules(role) == NAMESPACED_RULES | CLUSTER_ONLY_RULES
     binding = one(objects, "ClusterRoleBinding")
@@ -244,7 +283,7 @@ def test_should_grant_roles_only_in_watched_namespaces_when_watch_namespaces_is_
 ) -> None:
     objects = render(tmp_path, {"watchNamespaces": watched}, release=RELEASE)
     assert not by_kind(objects, "ClusterRole") and not by_kind(objects, "ClusterRoleBinding")
-    roles, bindings = by_kind(objects, "Role"), by_kind(objects, "RoleBinding")
+    roles, bindings = _pool_roles(objects, "Role"), _pool_roles(objects, "RoleBinding")
     assert sorted(r["metadata"]["namespace"] for r in roles) == sorted(watched)
     assert sorted(b["metadata"]["namespace"] for b in bindings) == sorted(watched)
     for role in roles:
@@ -299,4 +338,4 @@ def test_should_turn_the_metrics_endpoint_off_when_metrics_are_disabled(tmp_path
 def test_should_name_everything_after_fullname_override(tmp_path: Path) -> None:
     objects = render(tmp_path, {"fullnameOverride": "ffop"})
     names = {obj["metadata"]["name"] for obj in objects if obj["kind"] != "CustomResourceDefinition"}
-    assert names == {"ffop", "ffop-metrics"}
+    assert names == {"ffop", "ffop-metrics", "ffop-leader"}

@@ -15,7 +15,7 @@ pytestmark = pytest.mark.usefixtures("helm_bin")
 
 SCHEMA_REJECTS = [
     ({"replicaCount": "x"}, "at '/replicaCount': got string, want integer"),
-    ({"replicaCount": 2}, "at '/replicaCount': maximum: got 2, want 1"),
+    ({"replicaCount": 11}, "at '/replicaCount': maximum: got 11, want 10"),
     ({"replicaCount": -1}, "at '/replicaCount': minimum: got -1, want 0"),
     ({"operator": {"logLevel": "TRACE"}},
      "at '/operator/logLevel': value must be one of 'DEBUG', 'INFO', 'WARNING', 'ERROR'"),

@@ -2,10 +2,14 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 from fireflow_operator import names
 from fireflow_operator.builders import Pool, build_migration_job, build_pdb, build_statefulset, wants_pdb
+from fireflow_operator.kube import merge_patch
 from fireflow_operator.model import RESERVED_ENV, parse_spec, worker_processes
+from fireflow_operator.pool_index import PoolIndex
 from fireflow_operator.recovery import stranded_executors
 from fireflow_operator.scaling import plan_replicas
 from pydantic import ValidationError
@@ -117,3 +121,44 @@ def test_should_strand_only_gone_pods_at_or_above_the_replica_count() -> None:
     processes = ["ns.pool-0", "ns.pool-0-p1", "ns.pool-0-p2", "ns.pool-0-p3"]
     fewer = stranded_executors(processes, namespace="ns", statefulset="pool", replicas=1, live_pods={"pool-0": 2})
     assert fewer == ["ns.pool-0-p2", "ns.pool-0-p3"]  # the pod runs 2 processes now: -p2 and -p3 never return
+
+
+def test_should_patch_only_what_changed_and_null_nested_keys_that_vanished() -> None:
+    stored = {"phase": "Running", "migration": {"phase": "Done", "attempt": 2, "message": "m", "round": 3}}
+    rebuilt = {"phase": "Running", "migration": {"phase": "Done", "round": 3}}
+    assert merge_patch(stored, rebuilt) == {"migration": {"attempt": None, "message": None}}
+    assert merge_patch(rebuilt, rebuilt) == {}  # an idle pool: nothing to write
+    assert merge_patch({"conditions": [1, 2]}, {"conditions": [1]}) == {"conditions": [1]}  # lists whole
+    assert merge_patch({"a": {"b": 1}}, {}) == {"a": None}
+
+
+def test_should_tell_a_pools_executors_from_another_pools() -> None:
+    pattern = names.pool_executor_pattern("ns", "pool")
+    ours = ["ns.pool-0", "ns.pool-12-p3", "ns.pool-v2-0", "ns.pool-v17-4-p1"]
+    others = ["ns.pool-b-0", "ns.pool-0-0", "other.pool-0", "ns.pools-0", "ns.pool-v2-b-0", "ns.pool"]
+    assert [e for e in ours + others if pattern.fullmatch(e)] == ours
+
+
+def _pool_body(name: str, version: int) -> dict[str, Any]:
+    return {"metadata": {"namespace": "ns", "name": name, "resourceVersion": str(version)}}
+
+
+def test_should_keep_the_fleet_from_watch_events_without_a_stale_list_undoing_them() -> None:
+    index = PoolIndex()
+    index.observe(_pool_body("a", 10))
+    index.observe(_pool_body("b", 12), deleted=True)  # deleted while the LIST below was under way
+    listed = [_pool_body("a", 9), _pool_body("b", 11), _pool_body("c", 11)]
+    calls: list[int] = []
+
+    def list_all() -> list[dict[str, Any]]:
+        calls.append(1)
+        return listed
+
+    assert sorted((p["metadata"]["name"], p["metadata"]["resourceVersion"]) for p in index.pools(list_all)) == [
+        ("a", "10"),
+        ("c", "11"),
+    ]
+    index.observe(_pool_body("b", 13))  # created again
+    index.observe(_pool_body("c", 14), deleted=True)
+    assert sorted(p["metadata"]["name"] for p in index.pools(list_all)) == ["a", "b"]
+    assert calls == [1]  # listed once, then only the watch

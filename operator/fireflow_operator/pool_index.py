@@ -1,0 +1,57 @@
+"""Every pool the operator watches, kept from kopf's watch events instead of listed per reconcile: a
+reconcile's cost must not grow with the fleet (a LIST of every pool per reconcile is quadratic in it).
+
+Filled once by a LIST on first use (so a reconcile never decides a connection budget from a partial fleet),
+then by each watch event. An object's resourceVersion orders what the LIST and the events say; a deleted pool
+leaves a tombstone, so a LIST that started before its deletion cannot bring it back.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable
+from typing import Any
+
+Key = tuple[str, str]  # (namespace, name)
+
+
+def _key(body: dict[str, Any]) -> Key:
+    meta = body["metadata"]
+    return str(meta["namespace"]), str(meta["name"])
+
+
+def _version(body: dict[str, Any]) -> int:
+    value = str(body["metadata"].get("resourceVersion") or "0")
+    return int(value) if value.isdigit() else 0
+
+
+class PoolIndex:
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._pools: dict[Key, dict[str, Any]] = {}
+        self._deleted: dict[Key, int] = {}
+        self._filled = False
+
+    def observe(self, body: dict[str, Any], *, deleted: bool = False) -> None:
+        """One watch event's object (or one LIST item): kept unless the index holds something newer."""
+        key, version = _key(body), _version(body)
+        with self._lock:
+            known = max(_version(self._pools[key]) if key in self._pools else -1, self._deleted.get(key, -1))
+            if version and version < known:
+                return
+            if deleted:
+                self._pools.pop(key, None)
+                self._deleted[key] = version
+            else:
+                self._pools[key] = body
+                self._deleted.pop(key, None)
+
+    def pools(self, list_all: Callable[[], list[dict[str, Any]]]) -> list[dict[str, Any]]:
+        """Every pool; `list_all` is called once, on first use."""
+        if not self._filled:
+            listed = list_all()
+            for body in listed:
+                self.observe(body)
+            self._filled = True
+        with self._lock:
+            return list(self._pools.values())
