@@ -240,7 +240,7 @@ def test_should_serve_dbos_py_s_own_client_and_plain_sql(start_worker: StartWork
         bad = example.enqueue_run(dbos_client, {"flow": flows.failing_flow(), "inputs": {}})
         output = example.run_result(dbos_client, ok)
         events = [event["event"] for event in example.run_events(dbos_client, ok)]
-        with pytest.raises(Exception, match="^node 'boom' failed") as failure:
+        with pytest.raises(Exception, match=r"^node 'boom' failed") as failure:
             example.run_result(dbos_client, bad)
     finally:
         dbos_client.destroy()

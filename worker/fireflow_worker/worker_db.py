@@ -34,7 +34,8 @@ def reencode_claimed_run(engine: sa.Engine, run_id: str, owner_xid: str, encodin
         updated = conn.execute(
             sa.text(
                 f"UPDATE {status_table} SET serialization = :encoding, "  # noqa: S608 - constant table names
-                "inputs = CASE WHEN inputs IS NULL OR CAST(:inputs AS text) IS NULL THEN inputs ELSE CAST(:inputs AS text) END "
+                "inputs = CASE WHEN inputs IS NULL OR CAST(:inputs AS text) IS NULL THEN inputs "
+                "ELSE CAST(:inputs AS text) END "
                 "WHERE workflow_uuid = :id AND status = 'PENDING' AND owner_xid = :owner"
             ),
             {"encoding": encoding, "inputs": inputs, "id": run_id, "owner": owner_xid},
