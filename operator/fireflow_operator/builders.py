@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from pydantic import BaseModel
@@ -26,6 +26,14 @@ DEFAULT_CONTAINER_SECURITY: dict[str, Any] = {
     "capabilities": {"drop": ["ALL"]},
     "seccompProfile": {"type": "RuntimeDefault"},
 }
+# Used when the pool sets no resources of its own (spec.resources, spec.migration.resources), unless the
+# operator's settings give others: requests so that the scheduler reserves something, a memory limit so
+# that one pod cannot take a node's memory, no CPU limit (it would throttle, and set the process count).
+DEFAULT_WORKER_RESOURCES: dict[str, Any] = {"requests": {"cpu": "250m", "memory": "256Mi"}, "limits": {"memory": "1Gi"}}
+DEFAULT_MIGRATION_RESOURCES: dict[str, Any] = {
+    "requests": {"cpu": "100m", "memory": "128Mi"},
+    "limits": {"memory": "512Mi"},
+}
 
 
 def _k8s(value: BaseModel | None) -> dict[str, Any]:
@@ -34,13 +42,23 @@ def _k8s(value: BaseModel | None) -> dict[str, Any]:
 
 
 @dataclass(frozen=True)
+class PodDefaults:
+    """What the operator's installer chose for pools that do not choose themselves."""
+
+    worker_resources: dict[str, Any] = field(default_factory=lambda: dict(DEFAULT_WORKER_RESOURCES))
+    migration_resources: dict[str, Any] = field(default_factory=lambda: dict(DEFAULT_MIGRATION_RESOURCES))
+
+
+@dataclass(frozen=True)
 class Pool:
-    """What the builders need of a FireflowWorkerPool: identity, owner reference and validated spec."""
+    """What the builders need of a FireflowWorkerPool: identity, owner reference, validated spec, and the
+    installer's defaults."""
 
     name: str
     namespace: str
     uid: str
     spec: PoolSpec
+    defaults: PodDefaults = field(default_factory=PodDefaults)
 
     def owner_reference(self) -> dict[str, Any]:
         return {
@@ -121,14 +139,33 @@ def _pod_spec_common(pool: Pool) -> dict[str, Any]:
     return pod
 
 
-def _container_common(pool: Pool, image: str) -> dict[str, Any]:
+def container_security(spec: PoolSpec) -> dict[str, Any]:
+    """The defaults, with the pool's fields over them; whatever the pool says of capabilities, every one is
+    dropped and at most NET_BIND_SERVICE (all the model accepts) added back, as the restricted profile wants."""
+    given = _k8s(spec.security_context)
+    added = given.pop("capabilities", {}).get("add")
+    capabilities: dict[str, Any] = {"drop": ["ALL"], **({"add": added} if added else {})}
+    return {**DEFAULT_CONTAINER_SECURITY, **given, "capabilities": capabilities}
+
+
+def _container_common(pool: Pool, image: str, resources: dict[str, Any]) -> dict[str, Any]:
     return {
         "image": image,
         "imagePullPolicy": pool.spec.image_pull_policy.value,
-        "securityContext": {**DEFAULT_CONTAINER_SECURITY, **_k8s(pool.spec.security_context)},
+        "securityContext": container_security(pool.spec),
         "volumeMounts": [{"name": "tmp", "mountPath": WRITABLE_TMP}],
-        **({"resources": _k8s(pool.spec.resources)} if pool.spec.resources else {}),
+        **({"resources": resources} if resources else {}),
     }
+
+
+def worker_resources(pool: Pool) -> dict[str, Any]:
+    """The pool's own resources (as a whole), else the installer's default (the CRD defaults an absent
+    section to `{}`: that is unset too)."""
+    return _k8s(pool.spec.resources) or dict(pool.defaults.worker_resources)
+
+
+def migration_resources(pool: Pool) -> dict[str, Any]:
+    return _k8s(pool.spec.migration.resources) or dict(pool.defaults.migration_resources)
 
 
 def build_statefulset(
@@ -140,7 +177,7 @@ def build_statefulset(
     probe = {"httpGet": {"path": "/readyz", "port": names.HEALTH_PORT_NAME}, "periodSeconds": 5}
     container = {
         "name": names.CONTAINER_NAME,
-        **_container_common(pool, image),
+        **_container_common(pool, image, worker_resources(pool)),
         "command": ["fireflow-worker"],
         "args": ["run"],
         "env": worker_env(pool, application_version),
@@ -264,7 +301,7 @@ def build_migration_job(
                     "containers": [
                         {
                             "name": "migrate",
-                            **_container_common(pool, image),
+                            **_container_common(pool, image, migration_resources(pool)),
                             "command": ["fireflow-worker"],
                             "args": args,
                             "env": [

@@ -24,6 +24,10 @@ def _parser() -> argparse.ArgumentParser:
     )
 
 
+def _host_in_url(host: str) -> str:
+    return f"[{host}]" if ":" in host else host  # an IPv6 address
+
+
 def main(argv: list[str] | None = None) -> int:
     _parser().parse_args(argv)  # `--help` prints and exits 0; any argument is an error (exit 2)
     try:
@@ -40,7 +44,7 @@ def main(argv: list[str] | None = None) -> int:
         standalone=True,  # one replica (the chart's default); no peering objects needed
         clusterwide=not settings.namespaces,
         namespaces=settings.namespaces,
-        liveness_endpoint=f"http://0.0.0.0:{settings.health_port}/healthz",
+        liveness_endpoint=f"http://{_host_in_url(settings.health_host)}:{settings.health_port}/healthz",
     )
     return 0
 

@@ -16,12 +16,12 @@ from pydantic import ConfigDict, Field, model_validator
 
 from fireflow_operator.k8s_types import (
     DNS_SUBDOMAIN,
-    AnnotationMap,
     ContainerSecurityContext,
     EnvVar,
     K8sModel,
     LabelMap,
     LocalObjectReference,
+    PodAnnotationMap,
     PodSecurityContext,
     ResourceRequirements,
     Toleration,
@@ -186,6 +186,9 @@ class MigrationSpec(_Model):
         description="Attempts (plan and apply, with back-off) before the migration is abandoned until the "
         "image, the application version or spec.migration changes.",
     )
+    resources: ResourceRequirements | None = Field(
+        None, description="Resources of the migration Jobs' container. Unset: the operator's default (see the README)."
+    )
 
 
 class RolloutSpec(_Model):
@@ -262,14 +265,19 @@ class PoolSpec(_Model):
         default_factory=lambda: PodDisruptionBudgetSpec.model_validate({}),
         description="PodDisruptionBudget of the pool.",
     )
-    resources: ResourceRequirements | None = Field(None, description="Container resources (requests/limits).")
+    resources: ResourceRequirements | None = Field(
+        None,
+        description="Worker container resources (requests/limits). Unset: the operator's default (see the README).",
+    )
     node_selector: LabelMap | None = Field(None, description="Pod node selector.")
     tolerations: list[Toleration] | None = Field(None, max_length=32, description="Pod tolerations.")
     affinity: dict[str, Any] | None = _k8s_object("Pod affinity.")
     topology_spread_constraints: list[dict[str, Any]] | None = _k8s_object(
         "Pod topology spread constraints.", array=True
     )
-    pod_annotations: AnnotationMap | None = Field(None, description="Extra pod annotations.")
+    pod_annotations: PodAnnotationMap | None = Field(
+        None, description="Extra pod annotations (none that chooses an AppArmor or seccomp profile)."
+    )
     pod_labels: LabelMap | None = Field(None, description="Extra pod labels (never the selector's).")
     service_account_name: str | None = Field(
         None,

@@ -25,7 +25,14 @@ from fireflow_operator import (
     queue_settings,
 )
 from fireflow_operator.budget import DatabaseFacts
-from fireflow_operator.builders import Pool, build_headless_service, build_pdb, build_statefulset, wants_pdb
+from fireflow_operator.builders import (
+    PodDefaults,
+    Pool,
+    build_headless_service,
+    build_pdb,
+    build_statefulset,
+    wants_pdb,
+)
 from fireflow_operator.dbprobe import (
     DatabaseQueryError,
     DatabaseUnreachableError,
@@ -42,6 +49,17 @@ from fireflow_operator.sizing import BudgetKeeper
 from fireflow_operator.status import Outcome, StatusDraft, first_error
 from fireflow_operator.summary import summarize
 from fireflow_operator.versions import CURRENT, Version
+
+
+def pod_defaults(settings: OperatorSettings) -> PodDefaults:
+    """The installer's defaults for pools that choose none (each setting unset: the builders' own)."""
+    chosen = {
+        "worker_resources": settings.worker_resources,
+        "migration_resources": settings.migration_resources,
+    }
+    return PodDefaults(
+        **{key: value.model_dump(by_alias=True, exclude_none=True) for key, value in chosen.items() if value}
+    )
 
 
 class Reconciler:
@@ -65,7 +83,7 @@ class Reconciler:
         except ValidationError as err:
             draft.blocked(conditions.REASON_INVALID_SPEC, f"{first_error(err)}; nothing was changed")
             return
-        pool = Pool(name=draft.name, namespace=draft.namespace, uid=body["metadata"]["uid"], spec=spec)
+        pool = Pool(draft.name, draft.namespace, body["metadata"]["uid"], spec, pod_defaults(self.settings))
         draft.new["targetImage"] = spec.image
         refusal = policy.service_account_refusal(spec, self.settings.allowed_service_accounts)
         if refusal is None and self.settings.require_shared_secrets:
