@@ -8,7 +8,7 @@ from typing import Any
 from pydantic import BaseModel
 
 from fireflow_operator import names
-from fireflow_operator.model import PoolSpec, worker_processes
+from fireflow_operator.model import DEFAULT_MIGRATION_RESOURCES, DEFAULT_WORKER_RESOURCES, PoolSpec, worker_processes
 
 WORKER_UID = 10001
 WRITABLE_TMP = "/tmp"  # noqa: S108 - an emptyDir, the only writable path under a read-only root
@@ -25,14 +25,6 @@ DEFAULT_CONTAINER_SECURITY: dict[str, Any] = {
     "allowPrivilegeEscalation": False,
     "capabilities": {"drop": ["ALL"]},
     "seccompProfile": {"type": "RuntimeDefault"},
-}
-# Used when the pool sets no resources of its own (spec.resources, spec.migration.resources), unless the
-# operator's settings give others: requests so that the scheduler reserves something, a memory limit so
-# that one pod cannot take a node's memory, no CPU limit (it would throttle, and set the process count).
-DEFAULT_WORKER_RESOURCES: dict[str, Any] = {"requests": {"cpu": "250m", "memory": "256Mi"}, "limits": {"memory": "1Gi"}}
-DEFAULT_MIGRATION_RESOURCES: dict[str, Any] = {
-    "requests": {"cpu": "100m", "memory": "128Mi"},
-    "limits": {"memory": "512Mi"},
 }
 
 

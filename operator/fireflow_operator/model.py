@@ -68,6 +68,15 @@ RESERVED_ENV = (
 )
 
 
+# Resources of pods whose pool sets none (spec.resources, spec.migration.resources), unless the operator's
+# settings give others: requests so that the scheduler reserves something, a memory limit so that one pod
+# cannot take a node's memory, no CPU limit (it would throttle, and a CPU limit sets the processes per pod).
+DEFAULT_WORKER_RESOURCES: dict[str, Any] = {"requests": {"cpu": "250m", "memory": "256Mi"}, "limits": {"memory": "1Gi"}}
+DEFAULT_MIGRATION_RESOURCES: dict[str, Any] = {
+    "requests": {"cpu": "100m", "memory": "128Mi"},
+    "limits": {"memory": "512Mi"},
+}
+
 _OPAQUE: dict[str, Any] = {"type": "object", "x-kubernetes-preserve-unknown-fields": True}
 # The longest child name is a versioned StatefulSet's controller-revision-hash label value,
 # "<pool>-v<up to 5 digits>-<10 characters>", which must fit a 63-character label value.

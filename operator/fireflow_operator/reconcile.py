@@ -52,13 +52,10 @@ from fireflow_operator.versions import CURRENT, Version
 
 
 def pod_defaults(settings: OperatorSettings) -> PodDefaults:
-    """The installer's defaults for pools that choose none (each setting unset: the builders' own)."""
-    chosen = {
-        "worker_resources": settings.worker_resources,
-        "migration_resources": settings.migration_resources,
-    }
+    """The installer's defaults for pools that choose none."""
     return PodDefaults(
-        **{key: value.model_dump(by_alias=True, exclude_none=True) for key, value in chosen.items() if value}
+        worker_resources=settings.worker_resources.model_dump(by_alias=True, exclude_none=True, mode="json"),
+        migration_resources=settings.migration_resources.model_dump(by_alias=True, exclude_none=True, mode="json"),
     )
 
 

@@ -10,6 +10,7 @@ from typing import Annotated, Any, Literal
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationError
 
 from fireflow_operator.k8s_types import ResourceRequirements
+from fireflow_operator.model import DEFAULT_MIGRATION_RESOURCES, DEFAULT_WORKER_RESOURCES
 
 
 class SettingsError(Exception):
@@ -62,13 +63,15 @@ class OperatorSettings(BaseModel):
     # Use only Secrets labelled fireflow.persistent.ai/usable-by-pools=true (the database URL's and those
     # spec.env reads): a pool author must not get a Secret they may not read through the operator.
     require_shared_secrets: bool = Field(True, alias="FIREFLOW_OPERATOR_REQUIRE_SHARED_SECRETS")
-    # Resources of worker containers and migration Jobs of pools that set none (spec.resources,
-    # spec.migration.resources); unset: builders.DEFAULT_WORKER_RESOURCES / DEFAULT_MIGRATION_RESOURCES.
-    worker_resources: Annotated[ResourceRequirements | None, BeforeValidator(_json)] = Field(
-        None, alias="FIREFLOW_OPERATOR_WORKER_RESOURCES"
+    # Resources (JSON) of worker containers and migration Jobs of pools that set none (spec.resources,
+    # spec.migration.resources).
+    worker_resources: Annotated[ResourceRequirements, BeforeValidator(_json)] = Field(
+        default_factory=lambda: ResourceRequirements.model_validate(DEFAULT_WORKER_RESOURCES),
+        alias="FIREFLOW_OPERATOR_WORKER_RESOURCES",
     )
-    migration_resources: Annotated[ResourceRequirements | None, BeforeValidator(_json)] = Field(
-        None, alias="FIREFLOW_OPERATOR_MIGRATION_RESOURCES"
+    migration_resources: Annotated[ResourceRequirements, BeforeValidator(_json)] = Field(
+        default_factory=lambda: ResourceRequirements.model_validate(DEFAULT_MIGRATION_RESOURCES),
+        alias="FIREFLOW_OPERATOR_MIGRATION_RESOURCES",
     )
     log_level: Literal["DEBUG", "INFO", "WARNING", "ERROR"] = Field("INFO", alias="FIREFLOW_OPERATOR_LOG_LEVEL")
 

@@ -33,7 +33,8 @@ RELEASE = "ff"
 SELECTOR = {"app.kubernetes.io/name": "fireflow-operator", "app.kubernetes.io/instance": RELEASE}
 STANDARD_LABELS = {"helm.sh/chart", "app.kubernetes.io/name", "app.kubernetes.io/instance",
                    "app.kubernetes.io/version", "app.kubernetes.io/managed-by"}  # fmt: skip
-CLUSTER_SCOPED = {"ClusterRole", "ClusterRoleBinding", "CustomResourceDefinition"}
+CLUSTER_SCOPED = {"ClusterRole", "ClusterRoleBinding", "CustomResourceDefinition", "ValidatingAdmissionPolicy",
+                  "ValidatingAdmissionPolicyBinding"}  # fmt: skip
 
 
 def _render(tmp_path: Path, scenario: Scenario) -> list[Json]:
@@ -299,4 +300,4 @@ def test_should_turn_the_metrics_endpoint_off_when_metrics_are_disabled(tmp_path
 def test_should_name_everything_after_fullname_override(tmp_path: Path) -> None:
     objects = render(tmp_path, {"fullnameOverride": "ffop"})
     names = {obj["metadata"]["name"] for obj in objects if obj["kind"] != "CustomResourceDefinition"}
-    assert names == {"ffop", "ffop-metrics"}
+    assert names == {"ffop", "ffop-metrics", "ffop-managed-objects", "ffop-restricted-pods"}

@@ -52,11 +52,7 @@ app.kubernetes.io/instance: {{ .Release.Name }}
 The operator's ServiceAccount.
 */}}
 {{- define "fireflow-operator.serviceAccountName" -}}
-{{- if .Values.serviceAccount.create }}
 {{- default (include "fireflow-operator.fullname" .) .Values.serviceAccount.name }}
-{{- else }}
-{{- default "default" .Values.serviceAccount.name }}
-{{- end }}
 {{- end }}
 
 {{/*
@@ -155,6 +151,9 @@ Checks across values that values.schema.json cannot express; each fails with one
 {{- if hasKey $.Values.podLabels $key }}
 {{- fail (printf "podLabels may not set %s: the Deployment's selector owns it" $key) }}
 {{- end }}
+{{- end }}
+{{- if and (not .Values.serviceAccount.create) (not .Values.serviceAccount.name) }}
+{{- fail "serviceAccount.create=false needs serviceAccount.name: the operator's rules would otherwise be bound to the namespace's default ServiceAccount, and every pod there would get them" }}
 {{- end }}
 {{- if and .Values.image.digest .Values.image.tag }}
 {{- fail "set image.tag or image.digest, not both: the digest alone decides which image runs" }}

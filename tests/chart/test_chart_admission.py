@@ -1,0 +1,193 @@
+"""Least privilege enforced by the API server: the chart's ServiceAccount, RBAC and ValidatingAdmissionPolicies
+really installed on the pinned API server, then requests made as the operator's ServiceAccount
+(impersonated). What the operator builds is admitted; a token Secret, another Secret, a privileged or
+token-mounting pod, an object without the operator's labels or owner, or someone else's object is refused,
+in both RBAC modes."""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from fireflow_operator.builders import Pool, build_headless_service, build_migration_job, build_pdb, build_statefulset
+from fireflow_operator.connection import build_copy
+from fireflow_operator.model import GROUP, PLURAL, VERSION, parse_spec
+from kubernetes.client import ApiClient, AppsV1Api, BatchV1Api, CoreV1Api, CustomObjectsApi, PolicyV1Api
+from kubernetes.client.exceptions import ApiException
+
+from tests.chart.chart import SERVED_APIS, Json, by_kind, kubectl_apply, render
+from tests.kube.cluster import Cluster
+
+pytestmark = pytest.mark.usefixtures("helm_bin")
+INSTALLED = {"ServiceAccount", "Role", "RoleBinding", "ClusterRole", "ClusterRoleBinding",
+             "ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding"}  # fmt: skip
+POLICY_READY_SECONDS = 60.0  # the API server loads a new policy within seconds
+
+
+def _release(namespace: str) -> str:
+    return "a" + namespace[-6:]
+
+
+@pytest.fixture(params=["cluster-wide", "namespaced"])
+def as_operator(
+    request: pytest.FixtureRequest, tmp_path: Path, kube_cluster: Cluster, kube_namespace: str
+) -> Iterator[ApiClient]:
+    """An API client that is the chart's operator ServiceAccount (RBAC and the policies enforced)."""
+    values: Json = {"watchNamespaces": [kube_namespace] if request.param == "namespaced" else []}
+    objects = [o for o in render(tmp_path, values, release=_release(kube_namespace), namespace=kube_namespace)
+               if o["kind"] in INSTALLED]  # fmt: skip
+    assert len(by_kind(objects, "ValidatingAdmissionPolicyBinding")) == 2
+    kubectl_apply(kube_cluster.kubeconfig, objects, dry_run=False)
+    (account,) = by_kind(objects, "ServiceAccount")
+    client = ApiClient(kube_cluster.api.configuration)
+    client.set_default_header(
+        "Impersonate-User", f"system:serviceaccount:{kube_namespace}:{account['metadata']['name']}"
+    )
+    try:
+        yield client
+    finally:
+        client.close()
+        for obj in objects:
+            if obj["kind"].startswith(("Cluster", "Validating")):
+                kube_cluster.kubectl("delete", obj["kind"], obj["metadata"]["name"], "--ignore-not-found", check=False)
+
+
+@pytest.fixture
+def pool(kube_api: ApiClient, kube_namespace: str) -> Pool:
+    """A real pool (created by the admin), so that the children below have a real owner."""
+    body = {"apiVersion": f"{GROUP}/{VERSION}", "kind": "FireflowWorkerPool", "metadata": {"name": "pool"},
+            "spec": {"image": "fireflow-worker:1", "database": {"secretRef": {"name": "db"}}}}  # fmt: skip
+    created: Any = CustomObjectsApi(kube_api).create_namespaced_custom_object(
+        GROUP, VERSION, kube_namespace, PLURAL, body
+    )
+    return Pool("pool", kube_namespace, created["metadata"]["uid"], parse_spec(created["spec"]))
+
+
+def _refusal(write: Callable[[], Any]) -> str | None:
+    """None when the API server admitted the write, else its message."""
+    try:
+        write()
+    except ApiException as err:
+        assert err.status in (403, 422), err.body
+        return str(json.loads(str(err.body))["message"])
+    return None
+
+
+def _statefulset(pool: Pool, change: Callable[[Json], None]) -> Json:
+    body = build_statefulset(pool, image="fireflow-worker:1", application_version="1", replicas=1)
+    change(body)
+    return body
+
+
+def _pod_spec(body: Json) -> Json:
+    spec: Json = body["spec"]["template"]["spec"]
+    return spec
+
+
+def _container_security(body: Json) -> Json:
+    security: Json = _pod_spec(body)["containers"][0]["securityContext"]
+    return security
+
+
+def test_should_let_the_operator_write_only_what_it_builds(
+    as_operator: ApiClient, kube_api: ApiClient, kube_namespace: str, pool: Pool
+) -> None:
+    ns = kube_namespace
+    apps, batch, core = AppsV1Api(as_operator), BatchV1Api(as_operator), CoreV1Api(as_operator)
+    create_sts = lambda body: lambda: apps.create_namespaced_stateful_set(ns, body, dry_run="All")  # noqa: E731
+    privileged = _statefulset(
+        pool, lambda b: _container_security(b).update(privileged=True, allowPrivilegeEscalation=True)
+    )
+    deadline = time.monotonic() + POLICY_READY_SECONDS
+    while "the fireflow operator" not in (_refusal(create_sts(privileged)) or ""):  # loaded by now, or never
+        assert time.monotonic() < deadline, "the operator may create a privileged StatefulSet"
+        time.sleep(0.5)
+
+    # What the operator builds is admitted.
+    statefulset = _statefulset(pool, lambda b: None)
+    job = build_migration_job(pool, mode="plan", image="fireflow-worker:1", target="t", round_=1, database_label="d")
+    copy = build_copy(pool, "postgresql://fireflow@db:5432/fireflow")
+    admitted = {
+        "StatefulSet": create_sts(statefulset),
+        "Job": lambda: batch.create_namespaced_job(ns, job, dry_run="All"),
+        "Service": lambda: core.create_namespaced_service(ns, build_headless_service(pool), dry_run="All"),
+        "PodDisruptionBudget": lambda: PolicyV1Api(as_operator).create_namespaced_pod_disruption_budget(
+            ns, build_pdb(pool), dry_run="All"
+        ),
+        "connection Secret": lambda: core.create_namespaced_secret(ns, copy, dry_run="All"),
+    }
+    assert {what: _refusal(write) for what, write in admitted.items()} == dict.fromkeys(admitted)
+
+    # Anything else is refused, with the policy's message.
+    token = {**copy, "type": "kubernetes.io/service-account-token",
+             "metadata": {**copy["metadata"], "annotations": {"kubernetes.io/service-account.name": "default"}}}  # fmt: skip
+    other_secret = {**copy, "metadata": {**copy["metadata"], "name": "someone-elses"}}
+    unlabelled_job = {**job, "metadata": {**job["metadata"], "labels": {"app": "mine"}}}
+    orphan_service = build_headless_service(pool)
+    orphan_service["metadata"]["ownerReferences"] = []
+    refused = {
+        "a service-account token Secret": (lambda: core.create_namespaced_secret(ns, token, dry_run="All"),
+                                           "may only write Opaque Secrets named <pool>-connection"),
+        "another Secret": (lambda: core.create_namespaced_secret(ns, other_secret, dry_run="All"),
+                           "may only write Opaque Secrets named <pool>-connection"),
+        "a privileged pod": (create_sts(privileged), "containers must run restricted"),
+        "a pod keeping every capability": (
+            create_sts(_statefulset(pool, lambda b: _container_security(b).update(capabilities={}))),
+            "containers must run restricted"),
+        "a pod with a token": (
+            create_sts(_statefulset(pool, lambda b: _pod_spec(b).update(automountServiceAccountToken=True))),
+            "may not mount a service-account token"),
+        "a pod as another ServiceAccount": (
+            create_sts(_statefulset(pool, lambda b: _pod_spec(b).update(serviceAccountName="deployer"))),
+            "may only run as the namespace's default ServiceAccount"),
+        "a pod with the node's filesystem": (
+            create_sts(_statefulset(pool, lambda b: _pod_spec(b)["volumes"].append(
+                {"name": "root", "hostPath": {"path": "/"}}))),
+            "may only have emptyDir volumes"),
+        "a pod on the node's network": (
+            create_sts(_statefulset(pool, lambda b: _pod_spec(b).update(hostNetwork=True))),
+            "may not share the node's namespaces"),
+        "an unconfined AppArmor pod": (
+            create_sts(_statefulset(pool, lambda b: b["spec"]["template"]["metadata"]["annotations"].update(
+                {"container.apparmor.security.beta.kubernetes.io/worker": "unconfined"}))),
+            "may not carry AppArmor or seccomp annotations"),
+        "a Job without the operator's labels": (lambda: batch.create_namespaced_job(ns, unlabelled_job, dry_run="All"),
+                                                "may only write objects it manages"),
+        "a Service no pool owns": (lambda: core.create_namespaced_service(ns, orphan_service, dry_run="All"),
+                                   "must be controlled by the FireflowWorkerPool"),
+    }  # fmt: skip
+    messages = {what: _refusal(write) for what, (write, _) in refused.items()}
+    for what, (_, expected) in refused.items():
+        assert messages[what] is not None and expected in messages[what], (what, messages[what])
+
+    # Someone else's objects: neither changed, taken over nor deleted.
+    theirs = _statefulset(pool, lambda b: None)
+    theirs["metadata"] = {"name": "theirs", "labels": {"app": "theirs"}}
+    AppsV1Api(kube_api).create_namespaced_stateful_set(ns, theirs)
+    takeover = {"metadata": {"labels": statefulset["metadata"]["labels"]}}
+    message = _refusal(lambda: apps.patch_namespaced_stateful_set("theirs", ns, takeover))
+    assert message is not None and "may not take over an object it did not create" in message
+    message = _refusal(lambda: apps.delete_namespaced_stateful_set("theirs", ns))
+    assert message is not None and "may only write objects it manages" in message
+
+
+def test_should_not_let_the_operator_create_pods_or_list_secrets(as_operator: ApiClient, kube_namespace: str) -> None:
+    core = CoreV1Api(as_operator)
+    pod: Any = {"metadata": {"name": "p"}, "spec": {"containers": [{"name": "c", "image": "i"}]}}
+    for write in (lambda: core.create_namespaced_pod(kube_namespace, pod, dry_run="All"),
+                  lambda: core.list_namespaced_secret(kube_namespace)):  # fmt: skip
+        with pytest.raises(ApiException) as refused:
+            write()
+        assert refused.value.status == 403
+
+
+def test_should_render_no_policy_where_the_api_server_has_none(tmp_path: Path) -> None:
+    assert SERVED_APIS == ("admissionregistration.k8s.io/v1/ValidatingAdmissionPolicy",)
+    kinds = {o["kind"] for o in render(tmp_path, {}, api_versions=())}
+    assert "ValidatingAdmissionPolicy" not in kinds and "Deployment" in kinds
+    kinds = {o["kind"] for o in render(tmp_path, {"admissionPolicy": {"create": False}})}
+    assert not kinds & {"ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding"}
