@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 from fireflow_operator.builders import Pool, build_headless_service, build_migration_job, build_pdb, build_statefulset
 from fireflow_operator.connection import build_copy
 from fireflow_operator.model import GROUP, PLURAL, VERSION, parse_spec
@@ -21,6 +22,7 @@ from kubernetes.client.exceptions import ApiException
 
 from tests.chart.chart import SERVED_APIS, Json, by_kind, kubectl_apply, render
 from tests.kube.cluster import Cluster
+from tests.operator.conftest import OperatorProcess, create_secret, pool_body, wait_for_condition, wait_until
 
 pytestmark = pytest.mark.usefixtures("helm_bin")
 INSTALLED = {"ServiceAccount", "Role", "RoleBinding", "ClusterRole", "ClusterRoleBinding",
@@ -123,8 +125,12 @@ def test_should_let_the_operator_write_only_what_it_builds(
     assert {what: _refusal(write) for what, write in admitted.items()} == dict.fromkeys(admitted)
 
     # Anything else is refused, with the policy's message.
-    token = {**copy, "type": "kubernetes.io/service-account-token",
-             "metadata": {**copy["metadata"], "annotations": {"kubernetes.io/service-account.name": "default"}}}  # fmt: skip
+    minted = {"kubernetes.io/service-account.name": "default"}
+    token = {
+        **copy,
+        "type": "kubernetes.io/service-account-token",
+        "metadata": {**copy["metadata"], "annotations": minted},
+    }
     other_secret = {**copy, "metadata": {**copy["metadata"], "name": "someone-elses"}}
     unlabelled_job = {**job, "metadata": {**job["metadata"], "labels": {"app": "mine"}}}
     orphan_service = build_headless_service(pool)
@@ -191,3 +197,60 @@ def test_should_render_no_policy_where_the_api_server_has_none(tmp_path: Path) -
     assert "ValidatingAdmissionPolicy" not in kinds and "Deployment" in kinds
     kinds = {o["kind"] for o in render(tmp_path, {"admissionPolicy": {"create": False}})}
     assert not kinds & {"ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding"}
+
+
+def _kubeconfig_as(cluster: Cluster, path: Path, token: str) -> Path:
+    """The admin's kubeconfig with the admin's credentials replaced by a ServiceAccount's token."""
+    config = yaml.safe_load(cluster.kubeconfig.read_text())
+    for user in config["users"]:
+        user["user"] = {"token": token}
+    path.touch(mode=0o600)
+    path.write_text(yaml.safe_dump(config))
+    return path
+
+
+@pytest.mark.parametrize("mode", ["cluster-wide", "namespaced"])
+def test_should_run_a_pool_as_its_own_service_account_under_the_policies_in_a_restricted_namespace(
+    tmp_path: Path, kube_cluster: Cluster, kube_api: ApiClient, kube_namespace: str, database_url: str, mode: str
+) -> None:
+    """The chart's RBAC and policies are enough for the real operator: a pool starts (plan and apply Jobs,
+    StatefulSet, Service, PDB, connection Secret) and is deleted (scaled down, runs handed back, copy released)
+    where pods must be restricted."""
+    ns = kube_namespace
+    enforce = {
+        "pod-security.kubernetes.io/enforce": "restricted",
+        "pod-security.kubernetes.io/enforce-version": "latest",
+    }
+    CoreV1Api(kube_api).patch_namespace(ns, {"metadata": {"labels": enforce}})
+    values: Json = {"watchNamespaces": [ns] if mode == "namespaced" else []}
+    objects = [o for o in render(tmp_path, values, release=_release(ns), namespace=ns) if o["kind"] in INSTALLED]
+    kubectl_apply(kube_cluster.kubeconfig, objects, dry_run=False)
+    (account,) = by_kind(objects, "ServiceAccount")
+    token: Any = CoreV1Api(kube_api).create_namespaced_service_account_token(
+        account["metadata"]["name"], ns, {"spec": {"expirationSeconds": 3600}}
+    )
+    kubeconfig = _kubeconfig_as(kube_cluster, tmp_path / "operator.kubeconfig", token.status.token)
+    env = {"KUBECONFIG": str(kubeconfig), **({"FIREFLOW_OPERATOR_NAMESPACES": ns} if mode == "namespaced" else {})}
+    operator = OperatorProcess(kube_cluster, **env).start()
+    try:
+        create_secret(kube_api, ns, database_url)
+        CustomObjectsApi(kube_api).create_namespaced_custom_object(GROUP, VERSION, ns, PLURAL,
+                                                                   pool_body("pool", replicas=2))  # fmt: skip
+        pool = wait_for_condition(kube_api, ns, "pool", "Ready")
+        assert pool["status"]["readyReplicas"] == 2
+        assert PolicyV1Api(kube_api).read_namespaced_pod_disruption_budget("pool", ns).spec.max_unavailable == 1
+        assert CoreV1Api(kube_api).read_namespaced_secret("pool-connection", ns).type == "Opaque"
+        CustomObjectsApi(kube_api).delete_namespaced_custom_object(GROUP, VERSION, ns, PLURAL, "pool")
+        wait_until("the pool gone", lambda: _gone(kube_api, ns))
+        assert "Forbidden" not in operator.output() and "forbidden" not in operator.output()
+    finally:
+        operator.stop()
+        print(operator.output()[-20_000:])
+        for obj in objects:
+            if obj["kind"].startswith(("Cluster", "Validating")):
+                kube_cluster.kubectl("delete", obj["kind"], obj["metadata"]["name"], "--ignore-not-found", check=False)
+
+
+def _gone(api: ApiClient, namespace: str) -> bool:
+    pools: Any = CustomObjectsApi(api).list_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL)
+    return not pools["items"]
