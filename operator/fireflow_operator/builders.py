@@ -246,6 +246,32 @@ def build_pdb(pool: Pool) -> dict[str, Any]:
     }
 
 
+def network_policy_name(pool_name: str) -> str:
+    return pool_name  # its own kind: no other child of the pool is a NetworkPolicy
+
+
+def build_network_policy(pool: Pool) -> dict[str, Any]:
+    """The pool's pods (workers and migration Jobs: every one carries the pool label) are reached only on the
+    health and metrics port from `metricsFrom`, and reach only DNS, the database and `extraEgress`."""
+    spec = pool.spec.network_policy
+    ingress = [{"from": spec.metrics_from, "ports": [{"port": names.HEALTH_PORT, "protocol": "TCP"}]}]
+    database: dict[str, Any] = {"ports": [{"port": port, "protocol": "TCP"} for port in spec.database_ports]}
+    if spec.database_to:
+        database["to"] = spec.database_to
+    dns = {"ports": [{"port": 53, "protocol": "UDP"}, {"port": 53, "protocol": "TCP"}]}
+    return {
+        "apiVersion": "networking.k8s.io/v1",
+        "kind": "NetworkPolicy",
+        "metadata": pool.metadata(network_policy_name(pool.name), names.WORKER_COMPONENT),
+        "spec": {
+            "podSelector": {"matchLabels": {names.LABEL_POOL: pool.name}},
+            "policyTypes": ["Ingress", "Egress"],
+            "ingress": ingress if spec.metrics_from else [],
+            "egress": [dns, database, *(spec.extra_egress or [])],
+        },
+    }
+
+
 def wants_pdb(pool: Pool, replicas: int) -> bool:
     """A PDB over a single replica would block every node drain; only pools of 2+ get one."""
     return pool.spec.pod_disruption_budget.enabled and replicas >= 2

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import math
 from enum import StrEnum
-from typing import Any
+from typing import Annotated, Any
 
 from pydantic import ConfigDict, Field, model_validator
 
@@ -225,6 +225,32 @@ class PodDisruptionBudgetSpec(_Model):
     max_unavailable: int = Field(1, ge=1, le=1_000, description="Pods a voluntary disruption may take at once.")
 
 
+class NetworkPolicySpec(_Model):
+    """A NetworkPolicy over the pool's pods (workers and migration Jobs); needs a CNI that enforces it."""
+
+    enabled: bool = Field(False, description="Create a NetworkPolicy for the pool's pods.")
+    metrics_from: list[dict[str, Any]] | None = _k8s_object(
+        "NetworkPolicyPeers that may reach the workers' health and metrics port (unset: nobody; the kubelet's "
+        "probes are not subject to NetworkPolicies).",
+        array=True,
+    )
+    database_to: list[dict[str, Any]] | None = _k8s_object(
+        "NetworkPolicyPeers of the database (unset: any address on databasePorts).", array=True
+    )
+    database_ports: list[Annotated[int, Field(ge=1, le=65_535)]] = Field(
+        default_factory=lambda: [5432],
+        min_length=1,
+        max_length=8,
+        description="TCP ports of the database.",
+        json_schema_extra={"default": [5432]},
+    )
+    extra_egress: list[dict[str, Any]] | None = _k8s_object(
+        "More NetworkPolicyEgressRules, such as the services the flows' HTTP nodes call (DNS and the database "
+        "are always allowed).",
+        array=True,
+    )
+
+
 class PoolSpec(_Model):
     """Desired state of a FireflowWorkerPool."""
 
@@ -273,6 +299,10 @@ class PoolSpec(_Model):
     pod_disruption_budget: PodDisruptionBudgetSpec = Field(
         default_factory=lambda: PodDisruptionBudgetSpec.model_validate({}),
         description="PodDisruptionBudget of the pool.",
+    )
+    network_policy: NetworkPolicySpec = Field(
+        default_factory=lambda: NetworkPolicySpec.model_validate({}),
+        description="An optional NetworkPolicy of the pool's pods.",
     )
     resources: ResourceRequirements | None = Field(
         None,

@@ -20,6 +20,7 @@ from fireflow_operator import (
     fleet,
     migration,
     names,
+    netpol,
     policy,
     progress,
     queue_settings,
@@ -208,6 +209,7 @@ class Reconciler:
     ) -> None:
         name = pool.name
         self.kube.create(self.kube.core.create_namespaced_service, pool.namespace, build_headless_service(pool))
+        netpol.ensure_network_policy(self.kube, pool, draft.new)
         listed = fleet.load(draft.new)
         current = fleet.current_of(listed) or Version(pool.spec.dbos.application_version, 0, pool.spec.image, CURRENT)
         sts = self._read_sts(pool, current.index)

@@ -38,6 +38,7 @@ NAMESPACED_RULES: set[tuple[str, str, str]] = {
     *(("policy", "poddisruptionbudgets", v) for v in ("get", "list", "watch", "create", "patch", "delete")),
     *(("batch", "jobs", v) for v in ("get", "list", "watch", "create", "delete")),
     *(("", "pods", v) for v in ("get", "list", "watch")),
+    *(("networking.k8s.io", "networkpolicies", v) for v in ("get", "create", "update", "delete")),
     *(("", "secrets", v) for v in ("get", "create", "patch", "delete")),
     *(("", "events", v) for v in ("create", "patch", "list")),
     *(("events.k8s.io", "events", v) for v in ("create", "patch")),

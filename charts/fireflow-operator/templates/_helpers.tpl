@@ -118,6 +118,10 @@ reconcile.py, kube.py, handlers.py) and what kopf does for it. The same list goe
 - apiGroups: ["batch"]
   resources: ["jobs"]
   verbs: ["get", "list", "watch", "create", "delete"]
+# The pool's optional NetworkPolicy (spec.networkPolicy), replaced when the spec changes, deleted when off.
+- apiGroups: ["networking.k8s.io"]
+  resources: ["networkpolicies"]
+  verbs: ["get", "create", "update", "delete"]
 # Worker and migration pods: watched, and read for termination messages.
 - apiGroups: [""]
   resources: ["pods"]
