@@ -119,7 +119,7 @@ def test_should_let_the_operator_write_only_what_it_builds(
     networking = NetworkingV1Api(as_operator)
 
     def dry(create: Callable[..., Any], body: Json) -> Callable[[], Any]:
-        return dry(create, body)
+        return lambda: rawapi.call(create, ns, body, dry_run="All")
 
     def create_sts(body: Json) -> Callable[[], Any]:
         return dry(apps.create_namespaced_stateful_set, body)
