@@ -1,4 +1,4 @@
-"""The pool's optional NetworkPolicy: created, kept as built, deleted when turned off (I/O)."""
+"""The pool's optional NetworkPolicy: created, kept as built, deleted when disabled (I/O)."""
 
 from __future__ import annotations
 
