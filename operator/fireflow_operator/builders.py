@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from pydantic import BaseModel
 
 from fireflow_operator import names
-from fireflow_operator.model import PoolSpec, worker_processes
+from fireflow_operator.model import DEFAULT_MIGRATION_RESOURCES, DEFAULT_WORKER_RESOURCES, PoolSpec, worker_processes
 
 WORKER_UID = 10001
 WRITABLE_TMP = "/tmp"  # noqa: S108 - an emptyDir, the only writable path under a read-only root
@@ -34,13 +34,23 @@ def _k8s(value: BaseModel | None) -> dict[str, Any]:
 
 
 @dataclass(frozen=True)
+class PodDefaults:
+    """What the operator's installer chose for pools that do not choose themselves."""
+
+    worker_resources: dict[str, Any] = field(default_factory=lambda: dict(DEFAULT_WORKER_RESOURCES))
+    migration_resources: dict[str, Any] = field(default_factory=lambda: dict(DEFAULT_MIGRATION_RESOURCES))
+
+
+@dataclass(frozen=True)
 class Pool:
-    """What the builders need of a FireflowWorkerPool: identity, owner reference and validated spec."""
+    """What the builders need of a FireflowWorkerPool: identity, owner reference, validated spec, and the
+    installer's defaults."""
 
     name: str
     namespace: str
     uid: str
     spec: PoolSpec
+    defaults: PodDefaults = field(default_factory=PodDefaults)
 
     def owner_reference(self) -> dict[str, Any]:
         return {
@@ -121,14 +131,33 @@ def _pod_spec_common(pool: Pool) -> dict[str, Any]:
     return pod
 
 
-def _container_common(pool: Pool, image: str) -> dict[str, Any]:
+def container_security(spec: PoolSpec) -> dict[str, Any]:
+    """The defaults, with the pool's fields over them; whatever the pool says of capabilities, every one is
+    dropped and at most NET_BIND_SERVICE (all the model accepts) added back, as the restricted profile wants."""
+    given = _k8s(spec.security_context)
+    added = given.pop("capabilities", {}).get("add")
+    capabilities: dict[str, Any] = {"drop": ["ALL"], **({"add": added} if added else {})}
+    return {**DEFAULT_CONTAINER_SECURITY, **given, "capabilities": capabilities}
+
+
+def _container_common(pool: Pool, image: str, resources: dict[str, Any]) -> dict[str, Any]:
     return {
         "image": image,
         "imagePullPolicy": pool.spec.image_pull_policy.value,
-        "securityContext": {**DEFAULT_CONTAINER_SECURITY, **_k8s(pool.spec.security_context)},
+        "securityContext": container_security(pool.spec),
         "volumeMounts": [{"name": "tmp", "mountPath": WRITABLE_TMP}],
-        **({"resources": _k8s(pool.spec.resources)} if pool.spec.resources else {}),
+        **({"resources": resources} if resources else {}),
     }
+
+
+def worker_resources(pool: Pool) -> dict[str, Any]:
+    """The pool's own resources (as a whole), else the installer's default (the CRD defaults an absent
+    section to `{}`: that is unset too)."""
+    return _k8s(pool.spec.resources) or dict(pool.defaults.worker_resources)
+
+
+def migration_resources(pool: Pool) -> dict[str, Any]:
+    return _k8s(pool.spec.migration.resources) or dict(pool.defaults.migration_resources)
 
 
 def build_statefulset(
@@ -140,7 +169,7 @@ def build_statefulset(
     probe = {"httpGet": {"path": "/readyz", "port": names.HEALTH_PORT_NAME}, "periodSeconds": 5}
     container = {
         "name": names.CONTAINER_NAME,
-        **_container_common(pool, image),
+        **_container_common(pool, image, worker_resources(pool)),
         "command": ["fireflow-worker"],
         "args": ["run"],
         "env": worker_env(pool, application_version),
@@ -217,6 +246,32 @@ def build_pdb(pool: Pool) -> dict[str, Any]:
     }
 
 
+def network_policy_name(pool_name: str) -> str:
+    return pool_name  # its own kind: no other child of the pool is a NetworkPolicy
+
+
+def build_network_policy(pool: Pool) -> dict[str, Any]:
+    """The pool's pods (workers and migration Jobs: every one carries the pool label) are reached only on the
+    health and metrics port from `metricsFrom`, and reach only DNS, the database and `extraEgress`."""
+    spec = pool.spec.network_policy
+    ingress = [{"from": spec.metrics_from, "ports": [{"port": names.HEALTH_PORT, "protocol": "TCP"}]}]
+    database: dict[str, Any] = {"ports": [{"port": port, "protocol": "TCP"} for port in spec.database_ports]}
+    if spec.database_to:
+        database["to"] = spec.database_to
+    dns = {"ports": [{"port": 53, "protocol": "UDP"}, {"port": 53, "protocol": "TCP"}]}
+    return {
+        "apiVersion": "networking.k8s.io/v1",
+        "kind": "NetworkPolicy",
+        "metadata": pool.metadata(network_policy_name(pool.name), names.WORKER_COMPONENT),
+        "spec": {
+            "podSelector": {"matchLabels": {names.LABEL_POOL: pool.name}},
+            "policyTypes": ["Ingress", "Egress"],
+            "ingress": ingress if spec.metrics_from else [],
+            "egress": [dns, database, *(spec.extra_egress or [])],
+        },
+    }
+
+
 def wants_pdb(pool: Pool, replicas: int) -> bool:
     """A PDB over a single replica would block every node drain; only pools of 2+ get one."""
     return pool.spec.pod_disruption_budget.enabled and replicas >= 2
@@ -264,7 +319,7 @@ def build_migration_job(
                     "containers": [
                         {
                             "name": "migrate",
-                            **_container_common(pool, image),
+                            **_container_common(pool, image, migration_resources(pool)),
                             "command": ["fireflow-worker"],
                             "args": args,
                             "env": [

@@ -4,7 +4,8 @@ CRD accepts, the API server also accepts in a StatefulSet, and restricted-compat
 Each rule the API server enforces on a Pod is repeated here as a schema constraint or a CEL rule with a
 message, and as the same check in pydantic (for objects that predate a CRD upgrade). Fields that would
 break out of the restricted Pod Security Standard (privileged, root, added capabilities, host namespaces,
-host paths, sysctls, unconfined seccomp) are refused with a message, or not part of the spec at all.
+host paths, sysctls, unconfined seccomp, AppArmor and seccomp annotations) are refused with a message, or
+not part of the spec at all; what the CRD defaults (`capabilities: {}`) the builders keep restricted.
 """
 
 from __future__ import annotations
@@ -107,10 +108,38 @@ LabelMap = Annotated[
         keyed_map({"type": "string", "maxLength": 63, "pattern": LABEL_VALUE}, what="label key", max_properties=32)
     ),
 ]
-AnnotationMap = Annotated[
+# Annotations that choose a pod's AppArmor or seccomp profile: the security context sets those (and the
+# restricted profile checks the annotations too), so a pool's own annotations may not.
+PROFILE_ANNOTATION_PREFIXES = (
+    "container.apparmor.security.beta.kubernetes.io/",
+    "apparmor.security.beta.kubernetes.io/",
+    "seccomp.security.alpha.kubernetes.io/",
+    "container.seccomp.security.alpha.kubernetes.io/",
+)
+PROFILE_ANNOTATION_MESSAGE = (
+    "spec.podAnnotations may not set AppArmor or seccomp annotations ("
+    + ", ".join(p + "*" for p in PROFILE_ANNOTATION_PREFIXES)
+    + "): "
+    + RESTRICTED
+)
+
+
+def _no_profile_annotations(mapping: dict[str, str] | None) -> dict[str, str] | None:
+    if any(key.startswith(PROFILE_ANNOTATION_PREFIXES) for key in mapping or {}):
+        raise ValueError(PROFILE_ANNOTATION_MESSAGE)
+    return mapping
+
+
+_PROFILE_ANNOTATION_RULE = (
+    "self.all(k, " + " && ".join(f"!k.startsWith({cel_string(p)})" for p in PROFILE_ANNOTATION_PREFIXES) + ")"
+)
+_POD_ANNOTATION_SCHEMA = keyed_map({"type": "string", "maxLength": 4096}, what="annotation key", max_properties=32)
+_POD_ANNOTATION_SCHEMA["x-kubernetes-validations"].append(cel(_PROFILE_ANNOTATION_RULE, PROFILE_ANNOTATION_MESSAGE))
+PodAnnotationMap = Annotated[
     dict[str, Annotated[str, Field(max_length=4096)]],
     _keys_match(QUALIFIED_NAME, "annotation key"),
-    WithJsonSchema(keyed_map({"type": "string", "maxLength": 4096}, what="annotation key", max_properties=32)),
+    AfterValidator(_no_profile_annotations),
+    WithJsonSchema(_POD_ANNOTATION_SCHEMA),
 ]
 ResourceMap = Annotated[
     dict[str, Quantity],
@@ -245,9 +274,28 @@ class Capabilities(K8sModel):
     drop: list[Annotated[str, Field(max_length=64, pattern=r"^[A-Z_]+$")]] | None = Field(None, max_length=64)
 
 
+LOCALHOST_PROFILE_RULE = (
+    "a seccompProfile of type Localhost needs localhostProfile, and only that type takes one (the API server "
+    "refuses the pods otherwise)"
+)
+
+
 class SeccompProfile(K8sModel):
+    model_config = ConfigDict(
+        json_schema_extra=_refuse(
+            "(self.type == 'Localhost') == (has(self.localhostProfile) && self.localhostProfile != '')",
+            LOCALHOST_PROFILE_RULE,
+        )
+    )
+
     type: Literal["RuntimeDefault", "Localhost"] = Field(description="Unconfined is not allowed (" + RESTRICTED + ").")
     localhost_profile: str | None = Field(None, max_length=4096)
+
+    @model_validator(mode="after")
+    def _profile_for_localhost(self) -> SeccompProfile:
+        if (self.type == "Localhost") != bool(self.localhost_profile):
+            raise ValueError(LOCALHOST_PROFILE_RULE)
+        return self
 
 
 def _message(field: str, value: object) -> str:

@@ -26,6 +26,10 @@ def _parser() -> argparse.ArgumentParser:
     )
 
 
+def _host_in_url(host: str) -> str:
+    return f"[{host}]" if ":" in host else host  # an IPv6 address
+
+
 def main(argv: list[str] | None = None) -> int:
     _parser().parse_args(argv)  # `--help` prints and exits 0; any argument is an error (exit 2)
     try:
@@ -46,7 +50,7 @@ def main(argv: list[str] | None = None) -> int:
             standalone=True,  # no kopf peering: leadership.py decides who runs at all
             clusterwide=not settings.namespaces,
             namespaces=settings.namespaces,
-            liveness_endpoint=f"http://0.0.0.0:{settings.health_port}/healthz",
+            liveness_endpoint=f"http://{_host_in_url(settings.health_host)}:{settings.health_port}/healthz",
             stop_flag=leadership.stop if leadership else None,
         )
     finally:
@@ -69,7 +73,7 @@ def _lead(settings: OperatorSettings, loop: asyncio.AbstractEventLoop) -> Leader
     except config.ConfigException:
         config.load_kube_config()  # type: ignore[no-untyped-call]
     leadership = Leadership(settings, loop)
-    standby = StandbyHealth("0.0.0.0", settings.health_port)  # noqa: S104 - probed via the pod IP, as kopf's
+    standby = StandbyHealth(settings.health_host, settings.health_port)
     try:
         leadership.acquire()
     finally:

@@ -10,18 +10,18 @@ from __future__ import annotations
 
 import math
 from enum import StrEnum
-from typing import Any
+from typing import Annotated, Any
 
 from pydantic import ConfigDict, Field, model_validator
 
 from fireflow_operator.k8s_types import (
     DNS_SUBDOMAIN,
-    AnnotationMap,
     ContainerSecurityContext,
     EnvVar,
     K8sModel,
     LabelMap,
     LocalObjectReference,
+    PodAnnotationMap,
     PodSecurityContext,
     ResourceRequirements,
     Toleration,
@@ -67,6 +67,15 @@ RESERVED_ENV = (
     "FIREFLOW_WORKER_PROCESSES",
 )
 
+
+# Resources of pods whose pool sets none (spec.resources, spec.migration.resources), unless the operator's
+# settings give others: requests so that the scheduler reserves something, a memory limit so that one pod
+# cannot take a node's memory, no CPU limit (it would throttle, and a CPU limit sets the processes per pod).
+DEFAULT_WORKER_RESOURCES: dict[str, Any] = {"requests": {"cpu": "250m", "memory": "256Mi"}, "limits": {"memory": "1Gi"}}
+DEFAULT_MIGRATION_RESOURCES: dict[str, Any] = {
+    "requests": {"cpu": "100m", "memory": "128Mi"},
+    "limits": {"memory": "512Mi"},
+}
 
 _OPAQUE: dict[str, Any] = {"type": "object", "x-kubernetes-preserve-unknown-fields": True}
 # The longest child name is a versioned StatefulSet's controller-revision-hash label value,
@@ -187,6 +196,9 @@ class MigrationSpec(_Model):
         description="Attempts (plan and apply, with back-off) before the migration is abandoned until the "
         "image, the application version or spec.migration changes.",
     )
+    resources: ResourceRequirements | None = Field(
+        None, description="Resources of the migration Jobs' container. Unset: the operator's default (see the README)."
+    )
 
 
 class RolloutSpec(_Model):
@@ -212,6 +224,32 @@ class RolloutSpec(_Model):
 class PodDisruptionBudgetSpec(_Model):
     enabled: bool = Field(True, description="Create a PodDisruptionBudget (never with fewer than 2 replicas).")
     max_unavailable: int = Field(1, ge=1, le=1_000, description="Pods a voluntary disruption may take at once.")
+
+
+class NetworkPolicySpec(_Model):
+    """A NetworkPolicy over the pool's pods (workers and migration Jobs); needs a CNI that enforces it."""
+
+    enabled: bool = Field(False, description="Create a NetworkPolicy for the pool's pods.")
+    metrics_from: list[dict[str, Any]] | None = _k8s_object(
+        "NetworkPolicyPeers that may reach the workers' health and metrics port (unset: nobody; the kubelet's "
+        "probes are not subject to NetworkPolicies).",
+        array=True,
+    )
+    database_to: list[dict[str, Any]] | None = _k8s_object(
+        "NetworkPolicyPeers of the database (unset: any address on databasePorts).", array=True
+    )
+    database_ports: list[Annotated[int, Field(ge=1, le=65_535)]] = Field(
+        default_factory=lambda: [5432],
+        min_length=1,
+        max_length=8,
+        description="TCP ports of the database.",
+        json_schema_extra={"default": [5432]},
+    )
+    extra_egress: list[dict[str, Any]] | None = _k8s_object(
+        "More NetworkPolicyEgressRules, such as the services the flows' HTTP nodes call (DNS and the database "
+        "are always allowed).",
+        array=True,
+    )
 
 
 class PoolSpec(_Model):
@@ -263,14 +301,23 @@ class PoolSpec(_Model):
         default_factory=lambda: PodDisruptionBudgetSpec.model_validate({}),
         description="PodDisruptionBudget of the pool.",
     )
-    resources: ResourceRequirements | None = Field(None, description="Container resources (requests/limits).")
+    network_policy: NetworkPolicySpec = Field(
+        default_factory=lambda: NetworkPolicySpec.model_validate({}),
+        description="An optional NetworkPolicy of the pool's pods.",
+    )
+    resources: ResourceRequirements | None = Field(
+        None,
+        description="Worker container resources (requests/limits). Unset: the operator's default (see the README).",
+    )
     node_selector: LabelMap | None = Field(None, description="Pod node selector.")
     tolerations: list[Toleration] | None = Field(None, max_length=32, description="Pod tolerations.")
     affinity: dict[str, Any] | None = _k8s_object("Pod affinity.")
     topology_spread_constraints: list[dict[str, Any]] | None = _k8s_object(
         "Pod topology spread constraints.", array=True
     )
-    pod_annotations: AnnotationMap | None = Field(None, description="Extra pod annotations.")
+    pod_annotations: PodAnnotationMap | None = Field(
+        None, description="Extra pod annotations (none that chooses an AppArmor or seccomp profile)."
+    )
     pod_labels: LabelMap | None = Field(None, description="Extra pod labels (never the selector's).")
     service_account_name: str | None = Field(
         None,

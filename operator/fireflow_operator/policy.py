@@ -28,12 +28,14 @@ class Refusal:
 
 
 def secrets_used(spec: PoolSpec) -> list[str]:
-    """Every Secret the pool's pods would read: the database URL's and those of spec.env."""
+    """Every Secret the pool's pods would use: the database URL's, those of spec.env, and the kubelet's pull
+    credentials of spec.imagePullSecrets (someone else's registry login is someone else's Secret too)."""
     names = [spec.database.secret_ref.name]
-    for env in spec.env or []:
-        ref = env.value_from.secret_key_ref if env.value_from is not None else None
-        if ref is not None and ref.name not in names:
-            names.append(ref.name)
+    env_refs = [env.value_from.secret_key_ref for env in spec.env or [] if env.value_from is not None]
+    pull_refs = [ref.name for ref in spec.image_pull_secrets or []]
+    for name in [ref.name for ref in env_refs if ref is not None] + pull_refs:
+        if name not in names:
+            names.append(name)
     return names
 
 

@@ -20,12 +20,20 @@ from fireflow_operator import (
     fleet,
     migration,
     names,
+    netpol,
     policy,
     progress,
     queue_settings,
 )
 from fireflow_operator.budget import DatabaseFacts
-from fireflow_operator.builders import Pool, build_headless_service, build_pdb, build_statefulset, wants_pdb
+from fireflow_operator.builders import (
+    PodDefaults,
+    Pool,
+    build_headless_service,
+    build_pdb,
+    build_statefulset,
+    wants_pdb,
+)
 from fireflow_operator.dbprobe import (
     DatabaseQueryError,
     DatabaseUnreachableError,
@@ -42,6 +50,14 @@ from fireflow_operator.sizing import BudgetKeeper
 from fireflow_operator.status import Outcome, StatusDraft, first_error
 from fireflow_operator.summary import summarize
 from fireflow_operator.versions import CURRENT, Version
+
+
+def pod_defaults(settings: OperatorSettings) -> PodDefaults:
+    """The installer's defaults for pools that choose none."""
+    return PodDefaults(
+        worker_resources=settings.worker_resources.model_dump(by_alias=True, exclude_none=True, mode="json"),
+        migration_resources=settings.migration_resources.model_dump(by_alias=True, exclude_none=True, mode="json"),
+    )
 
 
 class Reconciler:
@@ -65,7 +81,7 @@ class Reconciler:
         except ValidationError as err:
             draft.blocked(conditions.REASON_INVALID_SPEC, f"{first_error(err)}; nothing was changed")
             return
-        pool = Pool(name=draft.name, namespace=draft.namespace, uid=body["metadata"]["uid"], spec=spec)
+        pool = Pool(draft.name, draft.namespace, body["metadata"]["uid"], spec, pod_defaults(self.settings))
         draft.new["targetImage"] = spec.image
         refusal = policy.service_account_refusal(spec, self.settings.allowed_service_accounts)
         if refusal is None and self.settings.require_shared_secrets:
@@ -193,6 +209,7 @@ class Reconciler:
     ) -> None:
         name = pool.name
         self.kube.ensure_service(build_headless_service(pool))
+        netpol.ensure_network_policy(self.kube, pool, draft.new)
         listed = fleet.load(draft.new)
         current = fleet.current_of(listed) or Version(pool.spec.dbos.application_version, 0, pool.spec.image, CURRENT)
         sts = self._read_sts(pool, current.index)

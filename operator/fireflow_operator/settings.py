@@ -2,11 +2,15 @@
 
 from __future__ import annotations
 
+import json
 import os
 from collections.abc import Mapping
 from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationError, model_validator
+
+from fireflow_operator.k8s_types import ResourceRequirements
+from fireflow_operator.model import DEFAULT_MIGRATION_RESOURCES, DEFAULT_WORKER_RESOURCES
 
 
 class SettingsError(Exception):
@@ -16,6 +20,15 @@ class SettingsError(Exception):
 def _split(value: Any) -> Any:
     if isinstance(value, str):
         return [part.strip() for part in value.split(",") if part.strip()]
+    return value
+
+
+def _json(value: Any) -> Any:
+    if isinstance(value, str):
+        try:
+            return json.loads(value)
+        except json.JSONDecodeError:
+            raise ValueError('not JSON (such as {"requests": {"cpu": "250m"}})') from None
     return value
 
 
@@ -30,6 +43,8 @@ class OperatorSettings(BaseModel):
     metrics_host: str = Field("0.0.0.0", alias="FIREFLOW_OPERATOR_METRICS_HOST")  # noqa: S104 - scraped via the pod IP
     # Prometheus metrics of the operator itself; 0 turns the endpoint off.
     metrics_port: int = Field(8080, ge=0, le=65_535, alias="FIREFLOW_OPERATOR_METRICS_PORT")
+    # Where kopf's liveness endpoint listens (the kubelet probes the pod IP).
+    health_host: str = Field("0.0.0.0", alias="FIREFLOW_OPERATOR_HEALTH_HOST")  # noqa: S104 - probed via the pod IP
     # Liveness endpoint (kopf's) for the operator's own probe.
     health_port: int = Field(8081, ge=1, le=65_535, alias="FIREFLOW_OPERATOR_HEALTH_PORT")
     # How often every pool is looked at even when nothing changed (writes happen only on change).
@@ -48,6 +63,16 @@ class OperatorSettings(BaseModel):
     # Use only Secrets labelled fireflow.persistent.ai/usable-by-pools=true (the database URL's and those
     # spec.env reads): a pool author must not get a Secret they may not read through the operator.
     require_shared_secrets: bool = Field(True, alias="FIREFLOW_OPERATOR_REQUIRE_SHARED_SECRETS")
+    # Resources (JSON) of worker containers and migration Jobs of pools that set none (spec.resources,
+    # spec.migration.resources).
+    worker_resources: Annotated[ResourceRequirements, BeforeValidator(_json)] = Field(
+        default_factory=lambda: ResourceRequirements.model_validate(DEFAULT_WORKER_RESOURCES),
+        alias="FIREFLOW_OPERATOR_WORKER_RESOURCES",
+    )
+    migration_resources: Annotated[ResourceRequirements, BeforeValidator(_json)] = Field(
+        default_factory=lambda: ResourceRequirements.model_validate(DEFAULT_MIGRATION_RESOURCES),
+        alias="FIREFLOW_OPERATOR_MIGRATION_RESOURCES",
+    )
     log_level: Literal["DEBUG", "INFO", "WARNING", "ERROR"] = Field("INFO", alias="FIREFLOW_OPERATOR_LOG_LEVEL")
     # Leader election on a coordination.k8s.io Lease in this namespace (the chart sets its own): replicas
     # beyond one stand by and take over when the leader's Lease expires. Empty: no election (one replica).

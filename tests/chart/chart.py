@@ -38,6 +38,7 @@ NAMESPACED_RULES: set[tuple[str, str, str]] = {
     *(("policy", "poddisruptionbudgets", v) for v in ("get", "list", "watch", "create", "patch", "delete")),
     *(("batch", "jobs", v) for v in ("get", "list", "watch", "create", "delete")),
     *(("", "pods", v) for v in ("get", "list", "watch")),
+    *(("networking.k8s.io", "networkpolicies", v) for v in ("get", "create", "update", "delete")),
     *(("", "secrets", v) for v in ("get", "create", "patch", "delete")),
     *(("", "events", v) for v in ("create", "patch", "list")),
     *(("events.k8s.io", "events", v) for v in ("create", "patch")),
@@ -74,19 +75,38 @@ def helm(*args: str, values: Json | None = None, tmp: Path | None = None) -> str
     return result.stdout
 
 
+# What the pinned API server serves beyond helm's offline defaults (`helm install` discovers it; `helm
+# template` is told, as Argo CD does with the cluster's list).
+SERVED_APIS = ("admissionregistration.k8s.io/v1/ValidatingAdmissionPolicy",)
+
+
 def template(
-    tmp: Path, values: Json, *, release: str = "ff", namespace: str = "fireflow-system", show_only: str | None = None
+    tmp: Path,
+    values: Json,
+    *,
+    release: str = "ff",
+    namespace: str = "fireflow-system",
+    show_only: str | None = None,
+    api_versions: tuple[str, ...] = SERVED_APIS,
 ) -> str:
     only = ["--show-only", show_only] if show_only else []
+    apis = [arg for api in api_versions for arg in ("--api-versions", api)]
     return helm(
         "template", release, str(CHART_DIR), "--namespace", namespace, "--kube-version", KUBE_VERSION, *only,
-        values=values, tmp=tmp,
+        *apis, values=values, tmp=tmp,
     )  # fmt: skip
 
 
-def render(tmp: Path, values: Json, *, release: str = "ff", namespace: str = "fireflow-system") -> list[Json]:
+def render(
+    tmp: Path,
+    values: Json,
+    *,
+    release: str = "ff",
+    namespace: str = "fireflow-system",
+    api_versions: tuple[str, ...] = SERVED_APIS,
+) -> list[Json]:
     """Every object `helm template` renders, parsed."""
-    text = template(tmp, values, release=release, namespace=namespace)
+    text = template(tmp, values, release=release, namespace=namespace, api_versions=api_versions)
     return [doc for doc in yaml.safe_load_all(text) if doc]
 
 

@@ -174,12 +174,21 @@ def test_should_print_a_sample_the_api_server_accepts_in_notes(
     assert f"kubectl -n {kube_namespace} rollout status deployment/{release}-fireflow-operator" in text
     assert ("crds.create=false" in text) is (mode == "no-crd")
     sample = _sample(text)
-    assert [o["kind"] for o in sample] == ["Secret", "FireflowWorkerPool"]
+    assert [o["kind"] for o in sample] == ["FireflowWorkerPool"]
     expected_namespace = watched[0] if watched else kube_namespace
-    assert {o["metadata"]["namespace"] for o in sample} == {expected_namespace}
-    secret, pool = sample
-    assert pool["spec"]["database"]["secretRef"] == {"name": secret["metadata"]["name"], "key": "url"}
-    assert set(secret["stringData"]) == {"url"}
+    (pool,) = sample
+    assert pool["metadata"]["namespace"] == expected_namespace
+    assert pool["spec"]["database"]["secretRef"] == {"name": "fireflow-database", "key": "url"}
+    # The Secret comes from the reader's environment: no URL, and so no password, is ever printed.
+    assert not re.search(r"://[^\s/@]*@", text) and "postgresql://" not in text
+    assert (
+        f"kubectl -n {expected_namespace} create secret generic fireflow-database "
+        '--from-literal=url="$FIREFLOW_DATABASE_URL"' in text
+    )
+    assert (
+        f"kubectl -n {expected_namespace} label secret fireflow-database fireflow.persistent.ai/usable-by-pools=true"
+        in text
+    )
     stored = kubectl_apply(kube_cluster.kubeconfig, sample)
     chart = yaml.safe_load((CHART_DIR / "Chart.yaml").read_text())
-    assert stored[1]["spec"]["image"] == f"fireflow-worker:{chart['appVersion']}"
+    assert stored[0]["spec"]["image"] == f"fireflow-worker:{chart['appVersion']}"

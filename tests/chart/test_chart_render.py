@@ -18,6 +18,7 @@ from tests.chart.chart import (
     NAMESPACED_RULES,
     SCENARIO_IDS,
     SCENARIOS,
+    HelmError,
     Json,
     Scenario,
     by_kind,
@@ -33,7 +34,8 @@ RELEASE = "ff"
 SELECTOR = {"app.kubernetes.io/name": "fireflow-operator", "app.kubernetes.io/instance": RELEASE}
 STANDARD_LABELS = {"helm.sh/chart", "app.kubernetes.io/name", "app.kubernetes.io/instance",
                    "app.kubernetes.io/version", "app.kubernetes.io/managed-by"}  # fmt: skip
-CLUSTER_SCOPED = {"ClusterRole", "ClusterRoleBinding", "CustomResourceDefinition"}
+CLUSTER_SCOPED = {"ClusterRole", "ClusterRoleBinding", "CustomResourceDefinition", "ValidatingAdmissionPolicy",
+                  "ValidatingAdmissionPolicyBinding"}  # fmt: skip
 
 
 def _render(tmp_path: Path, scenario: Scenario) -> list[Json]:
@@ -303,6 +305,38 @@ def test_should_use_the_given_account_and_no_rbac_when_both_come_from_elsewhere(
     assert one(objects, "Deployment")["spec"]["template"]["spec"]["serviceAccountName"] == "provided"
 
 
+def test_should_refuse_to_bind_the_operators_rules_to_the_default_account(tmp_path: Path) -> None:
+    with pytest.raises(HelmError) as refused:
+        render(tmp_path, {"serviceAccount": {"create": False}})
+    assert (
+        "serviceAccount.create=false needs serviceAccount.name: the operator's rules would otherwise be bound to "
+        "the namespace's default ServiceAccount, and every pod there would get them"
+    ) in str(refused.value)
+
+
+def test_should_pass_bind_addresses_and_pool_defaults_to_the_operator(tmp_path: Path) -> None:
+    values = {"operator": {"healthHost": "::"}, "metrics": {"host": "10.0.0.1"},
+              "pools": {"workerResources": {"limits": {"memory": "3Gi"}}}}  # fmt: skip
+    settings = load_settings(_env(render(tmp_path, values)))
+    assert (settings.health_host, settings.metrics_host) == ("::", "10.0.0.1")
+    # Helm merges a value into the default (requests: null drops the default's).
+    assert settings.worker_resources.model_dump(exclude_none=True) == {
+        "requests": {"cpu": "250m", "memory": "256Mi"},
+        "limits": {"memory": "3Gi"},
+    }
+
+
+def test_should_render_the_operators_network_policy_only_when_enabled(tmp_path: Path) -> None:
+    assert not by_kind(render(tmp_path, {}), "NetworkPolicy")
+    scrapers = [{"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "monitoring"}}}]
+    policy = one(render(tmp_path, {"networkPolicy": {"enabled": True, "metricsFrom": scrapers}}), "NetworkPolicy")
+    assert policy["spec"]["ingress"] == [{"from": scrapers, "ports": [{"port": 8080, "protocol": "TCP"}]}]
+    egress_ports = [p["port"] for rule in policy["spec"]["egress"] for p in rule["ports"]]
+    assert egress_ports == [53, 53, 443, 6443, 5432]
+    closed = one(render(tmp_path, {"networkPolicy": {"enabled": True}}), "NetworkPolicy")
+    assert closed["spec"]["ingress"] == []
+
+
 def test_should_install_the_crd_with_the_keep_policy_unless_disabled(tmp_path: Path) -> None:
     crd = one(render(tmp_path, {}), "CustomResourceDefinition")
     assert crd["metadata"]["name"] == "fireflowworkerpools.fireflow.persistent.ai"
@@ -338,4 +372,4 @@ def test_should_turn_the_metrics_endpoint_off_when_metrics_are_disabled(tmp_path
 def test_should_name_everything_after_fullname_override(tmp_path: Path) -> None:
     objects = render(tmp_path, {"fullnameOverride": "ffop"})
     names = {obj["metadata"]["name"] for obj in objects if obj["kind"] != "CustomResourceDefinition"}
-    assert names == {"ffop", "ffop-metrics", "ffop-leader"}
+    assert names == {"ffop", "ffop-metrics", "ffop-leader", "ffop-managed-objects", "ffop-restricted-pods"}

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Builds the test control plane (etcd, etcdctl, kube-apiserver, kube-controller-manager) and helm from
+# Builds the test control plane (etcd, etcdctl, kube-apiserver, kube-controller-manager), helm and psa-check from
 # Go modules with the plain `go` client, into a per-version cache outside the repo:
 #   ${FIREFLOW_TOOLS_DIR:-$HOME/.cache/fireflow-pool/tools}/<tool>-<version>/bin/
 # A tool whose binaries exist for the pinned version is reused; anything missing is (re)built.
@@ -62,15 +62,40 @@ build_helm() {
     go_install_tool "$dir" "helm.sh/helm/v3/cmd/helm@$HELM_VERSION" "-X helm.sh/helm/v3/internal/version.version=$HELM_VERSION"
 }
 
+# psa-check (psa-check/main.go): the restricted-profile verdict of the real k8s.io/pod-security-admission
+# library at the control plane's release, for pod templates the tests build. Cached per release and source.
+psa_check_dir() {
+    local source_hash
+    source_hash="$(sha256sum "$here/psa-check/main.go" | cut -c1-12)"
+    printf '%s/psa-check-%s-%s' "$tools_dir" "$KUBERNETES_VERSION" "$source_hash"
+}
+
+build_psa_check() {
+    local dir staging_version="v0.${KUBERNETES_VERSION#v1.}"
+    dir="$(psa_check_dir)"
+    if complete "$dir" psa-check; then log "psa-check $KUBERNETES_VERSION: cached in $dir/bin"; return; fi
+    log "psa-check $KUBERNETES_VERSION: building into $dir/bin"
+    wrapper_module "$dir" fireflow.local/tools/psa-check
+    cp "$here/psa-check/main.go" "$dir/module/"
+    (
+        cd "$dir/module"
+        printf '\nrequire (\n\tk8s.io/pod-security-admission %s\n\tk8s.io/api %s\n)\n' \
+            "$staging_version" "$staging_version" >> go.mod
+        go mod tidy
+        go build "${build_flags[@]}" -ldflags "-s -w" -o ../bin.partial/psa-check .
+    )
+    finish "$dir"
+}
+
 main() {
     command -v go >/dev/null || { log "the go toolchain is required (Go >= 1.26)"; exit 1; }
     mkdir -p "$tools_dir"
     local only="${1:-all}" start=$SECONDS t
     log "$(go version); tools dir $tools_dir"
-    for tool in etcd kubernetes helm; do
+    for tool in etcd kubernetes helm psa-check; do
         [[ "$only" == all || "$only" == "$tool" ]] || continue
         t=$SECONDS
-        "build_$tool"
+        "build_${tool//-/_}"
         log "$tool: done in $((SECONDS - t))s"
     done
     log "all done in $((SECONDS - start))s"

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import os
 import shutil
 import sys
@@ -75,3 +76,13 @@ def kubectl_path() -> Path:
 
 def helm_path() -> Path:
     return tools_dir() / f"helm-{pins()['HELM_VERSION']}" / "bin" / "helm"
+
+
+PSA_CHECK_SOURCE = HERE / "psa-check" / "main.go"
+
+
+def psa_check_path() -> Path:
+    """psa-check, built by BUILD_SCRIPT for the control plane's release and the source's digest (the script's
+    own naming)."""
+    digest = hashlib.sha256(PSA_CHECK_SOURCE.read_bytes()).hexdigest()[:12]
+    return tools_dir() / f"psa-check-{pins()['KUBERNETES_VERSION']}-{digest}" / "bin" / "psa-check"

@@ -81,6 +81,13 @@ def test_should_use_only_secrets_their_owner_shared() -> None:
     )
 
 
+def test_should_use_only_pull_secrets_their_owner_shared() -> None:
+    spec = _spec(imagePullSecrets=[{"name": "registry"}, {"name": "db"}])
+    assert policy.secrets_used(spec) == ["db", "registry"]
+    refusal = policy.unshared_secret("team", {"db": {policy.SHARED_SECRET_LABEL: "true"}, "registry": {}})
+    assert refusal is not None and refusal.message.startswith("Secret 'registry' is not shared with pools: ")
+
+
 def test_should_allow_only_the_service_accounts_the_installer_allowed() -> None:
     assert policy.service_account_refusal(_spec(), []) is None
     assert policy.service_account_refusal(_spec(serviceAccountName="default"), []) is None

@@ -52,11 +52,7 @@ app.kubernetes.io/instance: {{ .Release.Name }}
 The operator's ServiceAccount.
 */}}
 {{- define "fireflow-operator.serviceAccountName" -}}
-{{- if .Values.serviceAccount.create }}
 {{- default (include "fireflow-operator.fullname" .) .Values.serviceAccount.name }}
-{{- else }}
-{{- default "default" .Values.serviceAccount.name }}
-{{- end }}
 {{- end }}
 
 {{/*
@@ -122,6 +118,10 @@ reconcile.py, kube.py, handlers.py) and what kopf does for it. The same list goe
 - apiGroups: ["batch"]
   resources: ["jobs"]
   verbs: ["get", "list", "watch", "create", "delete"]
+# The pool's optional NetworkPolicy (spec.networkPolicy), replaced when the spec changes, deleted when off.
+- apiGroups: ["networking.k8s.io"]
+  resources: ["networkpolicies"]
+  verbs: ["get", "create", "update", "delete"]
 # Worker and migration pods: watched, and read for termination messages.
 - apiGroups: [""]
   resources: ["pods"]
@@ -155,6 +155,9 @@ Checks across values that values.schema.json cannot express; each fails with one
 {{- if hasKey $.Values.podLabels $key }}
 {{- fail (printf "podLabels may not set %s: the Deployment's selector owns it" $key) }}
 {{- end }}
+{{- end }}
+{{- if and (not .Values.serviceAccount.create) (not .Values.serviceAccount.name) }}
+{{- fail "serviceAccount.create=false needs serviceAccount.name: the operator's rules would otherwise be bound to the namespace's default ServiceAccount, and every pod there would get them" }}
 {{- end }}
 {{- if and .Values.image.digest .Values.image.tag }}
 {{- fail "set image.tag or image.digest, not both: the digest alone decides which image runs" }}

@@ -1,0 +1,289 @@
+"""Least privilege enforced by the API server: the chart's ServiceAccount, RBAC and ValidatingAdmissionPolicies
+really installed on the pinned API server, then requests made as the operator's ServiceAccount
+(impersonated). What the operator builds is admitted; a token Secret, another Secret, a privileged or
+token-mounting pod, an object without the operator's labels or owner, or someone else's object is refused,
+in both RBAC modes."""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+from fireflow_operator.builders import (
+    Pool,
+    build_headless_service,
+    build_migration_job,
+    build_network_policy,
+    build_pdb,
+    build_statefulset,
+)
+from fireflow_operator.connection import build_copy
+from fireflow_operator.model import GROUP, PLURAL, VERSION, parse_spec
+from kubernetes.client import (
+    ApiClient,
+    AppsV1Api,
+    BatchV1Api,
+    CoreV1Api,
+    CustomObjectsApi,
+    NetworkingV1Api,
+    PolicyV1Api,
+)
+from kubernetes.client.exceptions import ApiException
+
+from tests.chart.chart import SERVED_APIS, Json, by_kind, kubectl_apply, render
+from tests.kube import rawapi
+from tests.kube.cluster import Cluster
+from tests.operator.conftest import OperatorProcess, create_secret, pool_body, wait_for_condition, wait_until
+
+pytestmark = pytest.mark.usefixtures("helm_bin")
+INSTALLED = {"ServiceAccount", "Role", "RoleBinding", "ClusterRole", "ClusterRoleBinding",
+             "ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding"}  # fmt: skip
+POLICY_READY_SECONDS = 60.0  # the API server loads a new policy within seconds
+
+
+def _release(namespace: str) -> str:
+    return "a" + namespace[-6:]
+
+
+@pytest.fixture(params=["cluster-wide", "namespaced"])
+def as_operator(
+    request: pytest.FixtureRequest, tmp_path: Path, kube_cluster: Cluster, kube_namespace: str
+) -> Iterator[ApiClient]:
+    """An API client that is the chart's operator ServiceAccount (RBAC and the policies enforced)."""
+    values: Json = {"watchNamespaces": [kube_namespace] if request.param == "namespaced" else []}
+    objects = [o for o in render(tmp_path, values, release=_release(kube_namespace), namespace=kube_namespace)
+               if o["kind"] in INSTALLED]  # fmt: skip
+    assert len(by_kind(objects, "ValidatingAdmissionPolicyBinding")) == 2
+    kubectl_apply(kube_cluster.kubeconfig, objects, dry_run=False)
+    (account,) = by_kind(objects, "ServiceAccount")
+    client = ApiClient(kube_cluster.api.configuration)
+    client.set_default_header(
+        "Impersonate-User", f"system:serviceaccount:{kube_namespace}:{account['metadata']['name']}"
+    )
+    try:
+        yield client
+    finally:
+        client.close()
+        for obj in objects:
+            if obj["kind"].startswith(("Cluster", "Validating")):
+                kube_cluster.kubectl("delete", obj["kind"], obj["metadata"]["name"], "--ignore-not-found", check=False)
+
+
+@pytest.fixture
+def pool(kube_api: ApiClient, kube_namespace: str) -> Pool:
+    """A real pool (created by the admin), so that the children below have a real owner."""
+    body = {"apiVersion": f"{GROUP}/{VERSION}", "kind": "FireflowWorkerPool", "metadata": {"name": "pool"},
+            "spec": {"image": "fireflow-worker:1", "database": {"secretRef": {"name": "db"}}}}  # fmt: skip
+    created: Any = CustomObjectsApi(kube_api).create_namespaced_custom_object(
+        GROUP, VERSION, kube_namespace, PLURAL, body
+    )
+    return Pool("pool", kube_namespace, created["metadata"]["uid"], parse_spec(created["spec"]))
+
+
+def _refusal(write: Callable[[], Any]) -> str | None:
+    """None when the API server admitted the write, else its message."""
+    try:
+        write()
+    except ApiException as err:
+        assert err.status in (403, 422), err.body
+        return str(json.loads(str(err.body))["message"])
+    return None
+
+
+def _statefulset(pool: Pool, change: Callable[[Json], None]) -> Json:
+    body = build_statefulset(pool, image="fireflow-worker:1", application_version="1", replicas=1)
+    change(body)
+    return body
+
+
+def _pod_spec(body: Json) -> Json:
+    spec: Json = body["spec"]["template"]["spec"]
+    return spec
+
+
+def _container_security(body: Json) -> Json:
+    security: Json = _pod_spec(body)["containers"][0]["securityContext"]
+    return security
+
+
+def test_should_let_the_operator_write_only_what_it_builds(
+    as_operator: ApiClient, kube_api: ApiClient, kube_namespace: str, pool: Pool
+) -> None:
+    ns = kube_namespace
+    apps, batch, core = AppsV1Api(as_operator), BatchV1Api(as_operator), CoreV1Api(as_operator)
+    networking = NetworkingV1Api(as_operator)
+
+    def dry(create: Callable[..., Any], body: Json) -> Callable[[], Any]:
+        return lambda: rawapi.call(create, ns, body, dry_run="All")
+
+    def create_sts(body: Json) -> Callable[[], Any]:
+        return dry(apps.create_namespaced_stateful_set, body)
+
+    privileged = _statefulset(
+        pool, lambda b: _container_security(b).update(privileged=True, allowPrivilegeEscalation=True)
+    )
+    deadline = time.monotonic() + POLICY_READY_SECONDS
+    while "the fireflow operator" not in (_refusal(create_sts(privileged)) or ""):  # loaded by now, or never
+        assert time.monotonic() < deadline, "the operator may create a privileged StatefulSet"
+        time.sleep(0.5)
+
+    # What the operator builds is admitted.
+    statefulset = _statefulset(pool, lambda b: None)
+    job = build_migration_job(pool, mode="plan", image="fireflow-worker:1", target="t", round_=1, database_label="d")
+    copy = build_copy(pool, "postgresql://fireflow@db:5432/fireflow")
+    admitted = {
+        "StatefulSet": create_sts(statefulset),
+        "Job": dry(batch.create_namespaced_job, job),
+        "Service": dry(core.create_namespaced_service, build_headless_service(pool)),
+        "PodDisruptionBudget": dry(PolicyV1Api(as_operator).create_namespaced_pod_disruption_budget, build_pdb(pool)),
+        "connection Secret": dry(core.create_namespaced_secret, copy),
+        "NetworkPolicy": dry(networking.create_namespaced_network_policy, build_network_policy(pool)),
+    }
+    assert {what: _refusal(write) for what, write in admitted.items()} == dict.fromkeys(admitted)
+
+    # Anything else is refused, with the policy's message.
+    minted = {"kubernetes.io/service-account.name": "default"}
+    token = {
+        **copy,
+        "type": "kubernetes.io/service-account-token",
+        "metadata": {**copy["metadata"], "annotations": minted},
+    }
+    other_secret = {**copy, "metadata": {**copy["metadata"], "name": "someone-elses"}}
+    unlabelled_job = {**job, "metadata": {**job["metadata"], "labels": {"app": "mine"}}}
+    orphan_service = build_headless_service(pool)
+    orphan_service["metadata"]["ownerReferences"] = []
+    everyone = build_network_policy(pool)
+    everyone["spec"]["podSelector"] = {}
+    refused = {
+        "a NetworkPolicy over other pods": (dry(networking.create_namespaced_network_policy, everyone),
+                                            "may select only the pods of their own pool"),
+        "a service-account token Secret": (dry(core.create_namespaced_secret, token),
+                                           "may only write Opaque Secrets named <pool>-connection"),
+        "another Secret": (dry(core.create_namespaced_secret, other_secret),
+                           "may only write Opaque Secrets named <pool>-connection"),
+        "a privileged pod": (create_sts(privileged), "containers must run restricted"),
+        "a pod keeping every capability": (
+            create_sts(_statefulset(pool, lambda b: _container_security(b).update(capabilities={}))),
+            "containers must run restricted"),
+        "a pod with a token": (
+            create_sts(_statefulset(pool, lambda b: _pod_spec(b).update(automountServiceAccountToken=True))),
+            "may not mount a service-account token"),
+        "a pod as another ServiceAccount": (
+            create_sts(_statefulset(pool, lambda b: _pod_spec(b).update(serviceAccountName="deployer"))),
+            "may only run as the namespace's default ServiceAccount"),
+        "a pod with the node's filesystem": (
+            create_sts(_statefulset(pool, lambda b: _pod_spec(b)["volumes"].append(
+                {"name": "root", "hostPath": {"path": "/"}}))),
+            "may only have emptyDir volumes"),
+        "a pod on the node's network": (
+            create_sts(_statefulset(pool, lambda b: _pod_spec(b).update(hostNetwork=True))),
+            "may not share the node's namespaces"),
+        "an unconfined AppArmor pod": (
+            create_sts(_statefulset(pool, lambda b: b["spec"]["template"]["metadata"]["annotations"].update(
+                {"container.apparmor.security.beta.kubernetes.io/worker": "unconfined"}))),
+            "may not carry AppArmor or seccomp annotations"),
+        "a Job without the operator's labels": (dry(batch.create_namespaced_job, unlabelled_job),
+                                                "may only write objects it manages"),
+        "a Service no pool owns": (dry(core.create_namespaced_service, orphan_service),
+                                   "must be controlled by the FireflowWorkerPool"),
+    }  # fmt: skip
+    messages = {what: _refusal(write) for what, (write, _) in refused.items()}
+    for what, (_, expected) in refused.items():
+        assert messages[what] is not None and expected in messages[what], (what, messages[what])
+
+    # Someone else's objects: neither changed, taken over nor deleted.
+    theirs = _statefulset(pool, lambda b: None)
+    theirs["metadata"] = {"name": "theirs", "labels": {"app": "theirs"}}
+    rawapi.call(AppsV1Api(kube_api).create_namespaced_stateful_set, ns, theirs)
+    takeover = {"metadata": {"labels": statefulset["metadata"]["labels"]}}
+    message = _refusal(lambda: apps.patch_namespaced_stateful_set("theirs", ns, takeover))
+    assert message is not None and "may not take over an object it did not create" in message
+    message = _refusal(lambda: apps.delete_namespaced_stateful_set("theirs", ns))
+    assert message is not None and "may only write objects it manages" in message
+
+
+def test_should_not_let_the_operator_create_pods_or_list_secrets(as_operator: ApiClient, kube_namespace: str) -> None:
+    core = CoreV1Api(as_operator)
+    pod: Any = {"metadata": {"name": "p"}, "spec": {"containers": [{"name": "c", "image": "i"}]}}
+    for write in (lambda: core.create_namespaced_pod(kube_namespace, pod, dry_run="All"),
+                  lambda: core.list_namespaced_secret(kube_namespace)):  # fmt: skip
+        with pytest.raises(ApiException) as refused:
+            write()
+        assert refused.value.status == 403
+
+
+def test_should_render_no_policy_where_the_api_server_has_none(tmp_path: Path) -> None:
+    assert SERVED_APIS == ("admissionregistration.k8s.io/v1/ValidatingAdmissionPolicy",)
+    kinds = {o["kind"] for o in render(tmp_path, {}, api_versions=())}
+    assert "ValidatingAdmissionPolicy" not in kinds and "Deployment" in kinds
+    kinds = {o["kind"] for o in render(tmp_path, {"admissionPolicy": {"create": False}})}
+    assert not kinds & {"ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding"}
+
+
+# Its peers are the API server's to check; no CNI here enforces it (kind's e2e has none either).
+NETWORK: Json = {"networkPolicy": {"enabled": True, "metricsFrom": [{"namespaceSelector": {"matchLabels": {
+    "kubernetes.io/metadata.name": "monitoring"}}}]}}  # fmt: skip
+
+
+def _kubeconfig_as(cluster: Cluster, path: Path, token: str) -> Path:
+    """The admin's kubeconfig with the admin's credentials replaced by a ServiceAccount's token."""
+    config = yaml.safe_load(cluster.kubeconfig.read_text())
+    for user in config["users"]:
+        user["user"] = {"token": token}
+    path.touch(mode=0o600)
+    path.write_text(yaml.safe_dump(config))
+    return path
+
+
+@pytest.mark.parametrize("mode", ["cluster-wide", "namespaced"])
+def test_should_run_a_pool_as_its_own_service_account_under_the_policies_in_a_restricted_namespace(
+    tmp_path: Path, kube_cluster: Cluster, kube_api: ApiClient, kube_namespace: str, database_url: str, mode: str
+) -> None:
+    """The chart's RBAC and policies are enough for the real operator: a pool starts (plan and apply Jobs,
+    StatefulSet, Service, PDB, connection Secret) and is deleted (scaled down, runs handed back, copy released)
+    where pods must be restricted."""
+    ns = kube_namespace
+    enforce = {
+        "pod-security.kubernetes.io/enforce": "restricted",
+        "pod-security.kubernetes.io/enforce-version": "latest",
+    }
+    CoreV1Api(kube_api).patch_namespace(ns, {"metadata": {"labels": enforce}})
+    values: Json = {"watchNamespaces": [ns] if mode == "namespaced" else []}
+    objects = [o for o in render(tmp_path, values, release=_release(ns), namespace=ns) if o["kind"] in INSTALLED]
+    kubectl_apply(kube_cluster.kubeconfig, objects, dry_run=False)
+    (account,) = by_kind(objects, "ServiceAccount")
+    token = rawapi.call(CoreV1Api(kube_api).create_namespaced_service_account_token, account["metadata"]["name"], ns,
+                        {"spec": {"expirationSeconds": 3600}})  # fmt: skip
+    kubeconfig = _kubeconfig_as(kube_cluster, tmp_path / "operator.kubeconfig", token["status"]["token"])
+    env = {"KUBECONFIG": str(kubeconfig), **({"FIREFLOW_OPERATOR_NAMESPACES": ns} if mode == "namespaced" else {})}
+    operator = OperatorProcess(kube_cluster, **env).start()
+    try:
+        create_secret(kube_api, ns, database_url)
+        body = pool_body("pool", replicas=2, **NETWORK)
+        CustomObjectsApi(kube_api).create_namespaced_custom_object(GROUP, VERSION, ns, PLURAL, body)
+        pool = wait_for_condition(kube_api, ns, "pool", "Ready")
+        assert pool["status"]["readyReplicas"] == 2
+        policy = NetworkingV1Api(kube_api).read_namespaced_network_policy("pool", ns)
+        assert policy.spec.pod_selector.match_labels == {"fireflow.persistent.ai/pool": "pool"}
+        assert [p.port for rule in policy.spec.egress for p in rule.ports] == [53, 53, 5432]
+        assert PolicyV1Api(kube_api).read_namespaced_pod_disruption_budget("pool", ns).spec.max_unavailable == 1
+        assert CoreV1Api(kube_api).read_namespaced_secret("pool-connection", ns).type == "Opaque"
+        CustomObjectsApi(kube_api).delete_namespaced_custom_object(GROUP, VERSION, ns, PLURAL, "pool")
+        wait_until("the pool gone", lambda: _gone(kube_api, ns))
+        assert "Forbidden" not in operator.output() and "forbidden" not in operator.output()
+    finally:
+        operator.stop()
+        print(operator.output()[-20_000:])
+        for obj in objects:
+            if obj["kind"].startswith(("Cluster", "Validating")):
+                kube_cluster.kubectl("delete", obj["kind"], obj["metadata"]["name"], "--ignore-not-found", check=False)
+
+
+def _gone(api: ApiClient, namespace: str) -> bool:
+    pools: Any = CustomObjectsApi(api).list_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL)
+    return not pools["items"]
