@@ -75,3 +75,11 @@ def kubectl_path() -> Path:
 
 def helm_path() -> Path:
     return tools_dir() / f"helm-{pins()['HELM_VERSION']}" / "bin" / "helm"
+
+
+def otelcol_path() -> Path:
+    """The OpenTelemetry Collector of the tracing tests; the one-line error when it is not built."""
+    path = tools_dir() / f"otelcol-{pins()['OTELCOL_VERSION']}" / "bin" / "fireflow-otelcol"
+    if not os.access(path, os.X_OK):
+        raise MissingBinariesError(f"{path} is missing; build it with: tests/kube/build-otel-collector.sh")
+    return path

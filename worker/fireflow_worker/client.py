@@ -16,7 +16,7 @@ from typing import Any
 from dbos import DBOSClient
 from dbos import error as dbos_error
 
-from fireflow_worker import queues
+from fireflow_worker import queues, telemetry
 from fireflow_worker.engine import EVENTS_STREAM, WORKFLOW_NAME
 from fireflow_worker.flow_store import FlowNotFoundError, load_flow_definition, save_flow
 from fireflow_worker.flows.document import DocumentError, parse_text
@@ -110,10 +110,13 @@ class FireflowClient:
         queue: str = queues.EXECUTIONS,
         run_id: str | None = None,
         events: str | None = None,
+        traceparent: str | None = None,
     ) -> str:
         """Validate and enqueue one run, by value (`flow`) or by reference (`flow_ref`); returns its id.
 
         `events` is the run's event detail (`steps` or `live`, see `run_events`); None leaves it to the queue.
+        `traceparent` (W3C Trace Context) is the trace the run's spans continue; None: the caller's current
+        OpenTelemetry span, if any (see telemetry.py).
         """
         if (flow is None) == (flow_ref is None):
             raise ValueError("give exactly one of flow and flow_ref")
@@ -133,6 +136,7 @@ class FireflowClient:
         request: dict[str, Any] = {"inputs": checked_inputs, "queue": queue}
         if events is not None:
             request["events"] = events
+        request.update({"traceparent": traceparent} if traceparent else telemetry.current_traceparent())
         if flow_ref is not None:
             request["flow_ref"] = flow_ref
         else:
