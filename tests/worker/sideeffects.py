@@ -99,3 +99,13 @@ def overlap(path: str, seconds: float) -> bool:
     with Path(path).open("a") as file:
         file.write(f"{started} {time.monotonic()}\n")
     return True
+
+
+def wait_for(path: str, seconds: float = 120.0) -> dict[str, str]:
+    """Wait until the file at `path` exists (a gate the test opens), then return; fail after `seconds`."""
+    deadline = time.monotonic() + seconds
+    while not Path(path).exists():
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"{path} did not appear within {seconds} s")
+        time.sleep(0.05)
+    return {"opened": path}

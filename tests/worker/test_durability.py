@@ -61,16 +61,17 @@ def test_should_let_a_second_worker_take_queued_runs_while_the_first_is_busy(
     client: FireflowClient, start_worker: StartWorker, migrated_url: str
 ) -> None:
     start_worker("worker-a", DBOS_WORKER_CONCURRENCY="1")
-    first = client.enqueue(flows.sleep_flow(3))
+    # Long enough that worker-a is still busy however slowly worker-b starts on a loaded machine.
+    first = client.enqueue(flows.sleep_flow(120))
     wait_for(lambda: _row(migrated_url, first)[0] == "PENDING", what="worker-a to claim the first run")
     second = client.enqueue(flows.sleep_flow(0.1))
     time.sleep(0.5)  # worker-a polls meanwhile but, at concurrency 1, must leave the second run queued
     assert _row(migrated_url, second)[0] == "ENQUEUED"
     start_worker("worker-b", DBOS_WORKER_CONCURRENCY="1")
     client.result(second)
-    client.result(first)
-    assert _row(migrated_url, first)[1] == "worker-a"
+    assert _row(migrated_url, first) == ("PENDING", "worker-a")
     assert _row(migrated_url, second)[1] == "worker-b"
+    client.cancel(first)
 
 
 def test_should_finish_short_runs_and_leave_long_ones_pending_when_sigterm_drains(

@@ -112,7 +112,8 @@ def test_should_not_count_graceful_drains_towards_abandoning_a_run(
 ) -> None:
     settings = {"FIREFLOW_MAX_RECOVERY_ATTEMPTS": "1", "DBOS_SHUTDOWN_DRAIN_TIMEOUT_MS": "1000"}
     worker = start_worker(**settings)
-    run_id = client.enqueue(flows.sleep_flow(15))
+    # The sleep is durable (its wake-up time is recorded): it must outlast three slow restarts on a busy machine.
+    run_id = client.enqueue(flows.sleep_flow(45))
     wait_for(lambda: _dispatches(migrated_url, run_id) == ("PENDING", 1), what="the first dispatch")
     for _ in range(3):  # three rolling updates while the run sleeps: more than the one recovery allowed
         worker.terminate()
@@ -120,4 +121,4 @@ def test_should_not_count_graceful_drains_towards_abandoning_a_run(
         assert _dispatches(migrated_url, run_id) == ("PENDING", 0)  # the drained dispatch was given back
         worker = start_worker(**settings)
         wait_for(lambda: _dispatches(migrated_url, run_id) == ("PENDING", 1), what="the run's recovery")
-    assert client.result(run_id, timeout_seconds=60) == {"nap": {"slept_seconds": 15}}
+    assert client.result(run_id, timeout_seconds=120) == {"nap": {"slept_seconds": 45}}

@@ -13,17 +13,16 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from dbos import DBOSClient
+from dbos import DBOSClient, WorkflowSerializationFormat
 from dbos import error as dbos_error
 
-from fireflow_worker import queues, telemetry
-from fireflow_worker.engine import EVENTS_STREAM, WORKFLOW_NAME
+from fireflow_worker import queues, run_contract, telemetry
 from fireflow_worker.flow_store import FlowNotFoundError, load_flow_definition, save_flow
 from fireflow_worker.flows.document import DocumentError, parse_text
 from fireflow_worker.flows.validate import FlowValidationError, load_flow, validate_run_inputs
+from fireflow_worker.run_contract import EVENTS_STREAM, TERMINAL_STATUSES, WORKFLOW_NAME
 from fireflow_worker.run_events import EVENT_DETAILS, LIVE, Deriver, Step, event_detail
 
-TERMINAL_STATUSES = ("SUCCESS", "ERROR", "CANCELLED", "MAX_RECOVERY_ATTEMPTS_EXCEEDED")
 # How often a follower of a run without live events reads its records (two indexed reads each time).
 DERIVED_POLL_SECONDS = 0.1
 
@@ -133,16 +132,22 @@ class FireflowClient:
             assert flow is not None
             parsed = load_flow(flow)
         checked_inputs = validate_run_inputs(parsed, inputs or {})
-        request: dict[str, Any] = {"inputs": checked_inputs, "queue": queue}
-        if events is not None:
-            request["events"] = events
-        request.update({"traceparent": traceparent} if traceparent else telemetry.current_traceparent())
-        if flow_ref is not None:
-            request["flow_ref"] = flow_ref
-        else:
-            request["flow"] = flow
+        request = run_contract.build_request(
+            flow=flow,
+            flow_ref=flow_ref,
+            inputs=checked_inputs,
+            queue=queue,
+            events=events,
+            trace_context={run_contract.TRACEPARENT: traceparent} if traceparent else telemetry.current_traceparent(),
+        )
+        # Portable JSON: the run's input, result, error and events are then readable by every DBOS SDK.
         handle: Any = self._dbos.enqueue(
-            {"queue_name": queue, "workflow_name": WORKFLOW_NAME, "workflow_id": run_id or str(uuid.uuid4())},
+            {
+                "queue_name": queue,
+                "workflow_name": WORKFLOW_NAME,
+                "workflow_id": run_id or str(uuid.uuid4()),
+                "serialization_type": WorkflowSerializationFormat.PORTABLE,
+            },
             request,
         )
         return str(handle.get_workflow_id())

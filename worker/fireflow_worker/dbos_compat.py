@@ -38,6 +38,18 @@ def run_on_own_loop(coro: Coroutine[Any, Any, R]) -> R:
         loop.close()
 
 
+def route_dbos_dispatch(execute_claimed: Callable[[Any, Any, str], Any]) -> bool:
+    """Have DBOS's own queue thread (polling: local mode, FIREFLOW_CLAIM_ON_NOTIFY=false) dispatch what it
+    claims through `execute_claimed`, as the worker's claimers do. Its module holds its own reference to
+    `execute_dequeued_workflow` (a private function of the pinned version); False where it has none."""
+    from dbos import _queue  # noqa: PLC0415 - private, pinned version
+
+    if not hasattr(_queue, "execute_dequeued_workflow"):
+        return False
+    _queue.execute_dequeued_workflow = execute_claimed
+    return True
+
+
 class Reservation(Protocol):
     def run(self, options: StepOptions | None, func: Callable[..., Any], *args: Any) -> Any: ...
 

@@ -4,7 +4,8 @@ DBOS polls each queue it serves on a fixed interval, and one poll costs the data
 two commits whether anything is queued or not (a reload of the queue's row and a four-statement claim): an
 idle worker serving the four queues at 50 ms costs ~450 statements/s, and every replica adds as much. The
 worker therefore tells DBOS to poll none of its queues (`DBOS.listen_queues([])`) and claims them itself,
-with DBOS's own claim (`start_queued_workflows`) and dispatch (`execute_dequeued_workflow`), when:
+with DBOS's own claim (`start_queued_workflows`) and dispatch (`execute_dequeued_workflow`, after
+`run_encodings` made the run's encoding one DBOS reads), when:
 
 - a run is enqueued or re-enqueued on the queue (a trigger notifies `ff-enqueued::<queue>`; an enqueue that
   commits wakes the worker within a few milliseconds);
@@ -37,6 +38,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+from fireflow_worker import run_encodings
 from fireflow_worker.schema import ENQUEUED_PREFIX, QUEUE_CHANGED_PREFIX, RUN_ENDED
 
 log = logging.getLogger("fireflow.worker")
@@ -155,7 +157,6 @@ class QueueClaimer(threading.Thread):
 
     def _claim(self) -> None:
         """One claim, exactly as DBOS's queue thread makes it for a queue without partitions."""
-        from dbos._core import execute_dequeued_workflow  # noqa: PLC0415 - private, pinned version
         from dbos._utils import GlobalParams, generate_uuid  # noqa: PLC0415
 
         queue = self._queue
@@ -180,7 +181,8 @@ class QueueClaimer(threading.Thread):
                 status = found.get(run_id) or self._dbos._sys_db.get_workflow_status(run_id)
                 if status is None:
                     raise RuntimeError("its status row is gone")
-                execute_dequeued_workflow(self._dbos, status, owner_xid)
+                if run_encodings.execute_claimed(self._dbos, status, owner_xid) is None:
+                    self.run_started(run_id)  # it ended at once (an encoding the worker cannot read)
             except Exception as err:
                 self.run_started(run_id)  # it never will
                 log.error("cannot start run %s: %s", run_id, _one_line(err))

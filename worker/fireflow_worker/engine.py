@@ -20,12 +20,12 @@ from dbos import DBOS, StepOptions
 from dbos import error as dbos_error
 from prometheus_client import Counter
 
-from fireflow_worker import dbos_compat, logformat, metrics, queues, telemetry
+from fireflow_worker import dbos_compat, logformat, metrics, queues, run_contract, telemetry
 from fireflow_worker.executors import execute_chain, execute_graph
 from fireflow_worker.flow_plans import FlowPlan, PlanCache
 from fireflow_worker.flow_store import FlowNotFoundError
 from fireflow_worker.flows.validate import FlowValidationError, validate_run_inputs
-from fireflow_worker.node_step import EVENTS_STREAM, now_ms, one_line
+from fireflow_worker.node_step import now_ms, one_line
 from fireflow_worker.run_events import LIVE, PROVISION_STEP, event_detail, flow_label
 from fireflow_worker.run_state import SETTINGS, EngineSettings, RunFailedError
 
@@ -39,7 +39,9 @@ __all__ = [
     "run_flow",
 ]
 
-WORKFLOW_NAME = "fireflow.run_flow"
+# The contract's names (see run_contract), re-exported for the engine's callers.
+WORKFLOW_NAME = run_contract.WORKFLOW_NAME
+EVENTS_STREAM = run_contract.EVENTS_STREAM
 
 log = logging.getLogger("fireflow.worker")
 
@@ -141,8 +143,9 @@ def _definition(request: Any) -> Any:
     """The run's flow definition. A flow that travels with the run is part of the workflow's recorded input:
     no step. A stored flow is resolved in the recorded `provision` step, so a recovered run runs the
     definition its first execution resolved."""
-    if not isinstance(request, dict) or (request.get("flow") is None) == (request.get("flow_ref") is None):
-        raise RunFailedError("invalid run request: it must carry exactly one of flow and flow_ref")
+    problems = run_contract.request_problems(request)
+    if problems:
+        raise RunFailedError("invalid run request: " + "; ".join(problems))
     if request.get("flow") is not None:
         return request["flow"]
     return DBOS.run_step(_PROVISION_STEP, _provision, str(request["flow_ref"]))

@@ -29,6 +29,13 @@ RUNS_FAILED = Counter("fireflow_runs_failed", "Runs that ended in an error here.
 RUNS_CANCELLED = Counter(
     "fireflow_runs_cancelled", "Runs that were cancelled while executing here.", ["queue"], registry=REGISTRY
 )
+RUN_ENCODINGS = Counter(
+    "fireflow_run_encodings",
+    "Runs claimed here in an encoding other than DBOS's portable JSON or pickle, by encoding and outcome: "
+    "decoded (the TypeScript SDK's own, rewritten as portable JSON) or unreadable (ended ERROR at once).",
+    ["encoding", "outcome"],
+    registry=REGISTRY,
+)
 ACTIVE_RUNS = Gauge("fireflow_active_runs", "Runs executing in this process now.", registry=REGISTRY)
 RUN_DURATION = Histogram(
     "fireflow_run_duration_seconds",

@@ -20,10 +20,10 @@ from sqlalchemy import exc as sa_exc
 from fireflow_worker import logformat, metrics, telemetry
 from fireflow_worker.flows.nodetype import NodeContext, NodeError, parse_params, run_node
 from fireflow_worker.flows.registry import default_registry
+from fireflow_worker.run_contract import EVENTS_STREAM
 from fireflow_worker.run_limits import OutputBudget, RunLimits, checked_output_size
 from fireflow_worker.telemetry import NO_TRACE, RunTrace
 
-EVENTS_STREAM = "events"
 # A run's error and its events carry one line; a node raising a megabyte of text must not store it.
 MAX_MESSAGE_CHARS = 2000
 

@@ -24,7 +24,7 @@ from types import FrameType
 import sqlalchemy as sa
 from dbos import DBOS, DBOSConfig
 
-from fireflow_worker import engine, logformat, queues, schema, telemetry, worker_db
+from fireflow_worker import dbos_compat, engine, logformat, queues, run_encodings, schema, telemetry, worker_db
 from fireflow_worker.cancellation import CancelWatcher
 from fireflow_worker.config import WorkerConfig
 from fireflow_worker.dbos_lines import DBOS_START_LINES
@@ -272,6 +272,8 @@ def _launch(config: WorkerConfig) -> DBOS:
     watcher = CancelWatcher(lambda run_ids: worker_db.cancelled_among(_sys_engine(dbos), run_ids))
     engine.SETTINGS.cancel_watcher = watcher
     engine.register_workflow(config.max_recovery_attempts)
+    # Runs in an encoding DBOS cannot read are decoded or ended ERROR when claimed, by DBOS's queue thread too.
+    dbos_compat.route_dbos_dispatch(run_encodings.execute_claimed)
     # Claiming on notification, the worker claims its queues itself; DBOS polls none of them.
     DBOS.listen_queues([] if config.listens_for_work else config.queues)
     try:

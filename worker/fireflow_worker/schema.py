@@ -1,8 +1,14 @@
-"""The project's own database objects beside DBOS's schema: the stored-flows table and the trigger that
-announces a run's end on `ff_workflow_terminal` (DBOS itself sends no notification when a workflow ends), and
-the triggers that wake idle workers when a run is enqueued or a queue's row changes (see dispatcher.py;
-PostgreSQL delivers one notification per distinct payload per transaction, so a bulk enqueue notifies once
-per queue).
+"""The project's own database objects beside DBOS's schema: the stored-flows table, the trigger that
+announces a run's end on `ff_workflow_terminal` (DBOS itself sends no notification when a workflow ends), the
+trigger that keeps a run's result and error where every DBOS SDK reads them (below), and the triggers that
+wake idle workers when a run is enqueued or a queue's row changes (see dispatcher.py; PostgreSQL delivers one
+notification per distinct payload per transaction, so a bulk enqueue notifies once per queue).
+
+DBOS-py 3.4 (schema 109 on) writes a workflow's output and error to `dbos.workflow_output` and reads them
+from there first (`coalesce(workflow_output.x, workflow_status.x)`); `@dbos-inc/dbos-sdk` 4.x reads only
+`workflow_status.output`/`error`, so its `getResult()` resolved null for every run, failed ones included. The
+trigger `fireflow_workflow_output` copies them into `workflow_status` in the statement that writes them (one
+row version more per run end, no round trip; docs/run-contract.md has the choice and its measurement).
 
 Installing is idempotent and cheap when already done: the worker checks the catalogue first, so a worker
 whose role may not run DDL starts fine once `fireflow-worker migrate` has installed them.
@@ -16,8 +22,8 @@ import psycopg
 import sqlalchemy as sa
 
 from fireflow_worker.dburl import libpq_url
+from fireflow_worker.run_contract import TERMINAL_CHANNEL, TERMINAL_STATUSES
 
-TERMINAL_CHANNEL = "ff_workflow_terminal"
 # Workers are woken on DBOS's own notification channel, which DBOS's LISTEN connection already reads: a
 # second listening connection per worker would cost one more connection and, since PostgreSQL wakes every
 # listening backend of a database for every notification, one more short transaction per run end.
@@ -25,9 +31,8 @@ WAKE_CHANNEL = "dbos_notifications_channel"
 ENQUEUED_PREFIX = "ff-enqueued::"
 QUEUE_CHANGED_PREFIX = "ff-queue::"
 RUN_ENDED = "ff-run-ended"
-TERMINAL_STATUSES = ("SUCCESS", "ERROR", "CANCELLED", "MAX_RECOVERY_ATTEMPTS_EXCEEDED")
 # Bumped whenever the objects below change, so an older installation is replaced.
-OBJECTS_VERSION = "fireflow-objects-4"
+OBJECTS_VERSION = "fireflow-objects-5"
 # Serialises concurrent installers (replicas starting together).
 _INSTALL_LOCK_KEY = 0x0F1F_E0F1
 
@@ -101,6 +106,22 @@ _STATEMENTS = (
     CREATE OR REPLACE TRIGGER fireflow_queue_changed
         AFTER INSERT OR UPDATE ON dbos.queues
         FOR EACH ROW EXECUTE FUNCTION fireflow.notify_queue_changed()
+    """,
+    """
+    CREATE OR REPLACE FUNCTION fireflow.copy_workflow_output() RETURNS trigger
+    LANGUAGE plpgsql AS $$
+    BEGIN
+        UPDATE dbos.workflow_status SET output = NEW.output, error = NEW.error
+        WHERE workflow_uuid = NEW.workflow_uuid
+          AND (output IS DISTINCT FROM NEW.output OR error IS DISTINCT FROM NEW.error);
+        RETURN NULL;
+    END
+    $$
+    """,
+    """
+    CREATE OR REPLACE TRIGGER fireflow_workflow_output
+        AFTER INSERT OR UPDATE OF output, error ON dbos.workflow_output
+        FOR EACH ROW EXECUTE FUNCTION fireflow.copy_workflow_output()
     """,
     f"COMMENT ON TRIGGER fireflow_workflow_terminal ON dbos.workflow_status IS '{OBJECTS_VERSION}'",
 )

@@ -12,7 +12,7 @@ carries none of the flow's names, and its exporter takes `service.name` from the
 its endpoint from its own settings, not from the `OTEL_*` variables; the worker's spans replace it.
 
 A run continues the trace its enqueuer started: the run request's optional `traceparent` (and `tracestate`)
-keys, W3C Trace Context, documented with the run contract. A run recovered after a crash starts a new run
+keys, W3C Trace Context (run_contract.py and docs/run-contract.md). A run recovered after a crash starts a new run
 span in the same trace (the request is the run's recorded input).
 """
 
@@ -31,12 +31,11 @@ from opentelemetry import trace
 from opentelemetry.trace import Span, SpanKind, Status, StatusCode
 from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
 
+from fireflow_worker.run_contract import TRACEPARENT, TRACESTATE
+
 log = logging.getLogger("fireflow.telemetry")
 
 TRACER_NAME = "fireflow"
-# The run request's trace context keys (W3C Trace Context: https://www.w3.org/TR/trace-context/).
-TRACEPARENT_KEY = "traceparent"
-TRACESTATE_KEY = "tracestate"
 
 _PROVIDER: Any = None
 # Attributes of every span of this process (its executor id, its application version).
@@ -110,11 +109,11 @@ def enabled() -> bool:
 
 def parent_of(request: Any) -> otel_context.Context | None:
     """The enqueuer's trace context in a run request; None when it has none (or a malformed one)."""
-    if not isinstance(request, dict) or not isinstance(request.get(TRACEPARENT_KEY), str):
+    if not isinstance(request, dict) or not isinstance(request.get(TRACEPARENT), str):
         return None
-    carrier = {TRACEPARENT_KEY: request[TRACEPARENT_KEY]}
-    if isinstance(request.get(TRACESTATE_KEY), str):
-        carrier[TRACESTATE_KEY] = request[TRACESTATE_KEY]
+    carrier = {TRACEPARENT: request[TRACEPARENT]}
+    if isinstance(request.get(TRACESTATE), str):
+        carrier[TRACESTATE] = request[TRACESTATE]
     extracted = TraceContextTextMapPropagator().extract(carrier)
     return extracted if trace.get_current_span(extracted).get_span_context().is_valid else None
 
@@ -123,7 +122,7 @@ def current_traceparent() -> dict[str, str]:
     """The active span's context as run request keys, for an enqueuer inside a trace (empty outside one)."""
     carrier: dict[str, str] = {}
     TraceContextTextMapPropagator().inject(carrier)
-    return {key: carrier[key] for key in (TRACEPARENT_KEY, TRACESTATE_KEY) if key in carrier}
+    return {key: carrier[key] for key in (TRACEPARENT, TRACESTATE) if key in carrier}
 
 
 @dataclass(frozen=True)

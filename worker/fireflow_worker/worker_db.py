@@ -22,6 +22,32 @@ def _workflow_status_table(engine: sa.Engine) -> str:
     return "dbos.workflow_status" if engine.dialect.name == "postgresql" else "workflow_status"
 
 
+def _dbos_table(engine: sa.Engine, name: str) -> str:
+    return f"dbos.{name}" if engine.dialect.name == "postgresql" else name
+
+
+def reencode_claimed_run(engine: sa.Engine, run_id: str, owner_xid: str, encoding: str, inputs: str | None) -> bool:
+    """Store a run this worker just claimed under another encoding (`inputs` None keeps the stored input);
+    False when the run is no longer this claim's (cancelled meanwhile, claimed again elsewhere)."""
+    status_table, input_table = _workflow_status_table(engine), _dbos_table(engine, "workflow_input")
+    with engine.begin() as conn:
+        updated = conn.execute(
+            sa.text(
+                f"UPDATE {status_table} SET serialization = :encoding, "  # noqa: S608 - constant table names
+                "inputs = CASE WHEN inputs IS NULL OR CAST(:inputs AS text) IS NULL THEN inputs "
+                "ELSE CAST(:inputs AS text) END "
+                "WHERE workflow_uuid = :id AND status = 'PENDING' AND owner_xid = :owner"
+            ),
+            {"encoding": encoding, "inputs": inputs, "id": run_id, "owner": owner_xid},
+        ).rowcount
+        if updated and inputs is not None:  # newer SDKs keep the input in a table of its own
+            conn.execute(
+                sa.text(f"UPDATE {input_table} SET inputs = :inputs WHERE workflow_uuid = :id"),  # noqa: S608
+                {"inputs": inputs, "id": run_id},
+            )
+    return bool(updated)
+
+
 def cancelled_among(engine: sa.Engine, run_ids: Sequence[str]) -> set[str]:
     """The runs among `run_ids` whose status is CANCELLED."""
     query = sa.text(

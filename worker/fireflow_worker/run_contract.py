@@ -1,0 +1,133 @@
+"""The run contract (pure): what every program on the executions database agrees on with the worker, whatever
+its language - the workflow's name, its queues, the run request (a JSON Schema kept beside this module), the
+encodings, where a result and an error are, the events' stream and the run-end notification.
+
+Documented in docs/run-contract.md; a change that an existing caller would notice bumps CONTRACT_VERSION.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+from pathlib import Path
+from typing import Any
+
+import jsonschema
+
+from fireflow_worker import queues
+
+CONTRACT_VERSION = 1
+
+# The DBOS workflow that executes one run; its one positional argument is the run request.
+WORKFLOW_NAME = "fireflow.run_flow"
+QUEUES: tuple[str, ...] = queues.ALL_QUEUES
+# The DBOS stream a run with `live` events writes them to, closed when the run ends.
+EVENTS_STREAM = "events"
+# `NOTIFY ff_workflow_terminal` with {"workflow_id", "status"} once a run ends with one of these.
+TERMINAL_CHANNEL = "ff_workflow_terminal"
+TERMINAL_STATUSES = ("SUCCESS", "ERROR", "CANCELLED", "MAX_RECOVERY_ATTEMPTS_EXCEEDED")
+
+# The request's fields (see the schema).
+FLOW = "flow"
+FLOW_REF = "flow_ref"
+INPUTS = "inputs"
+QUEUE = "queue"
+EVENTS = "events"
+STEPS_DETAIL = "steps"
+LIVE_DETAIL = "live"
+# The enqueuer's W3C Trace Context (https://www.w3.org/TR/trace-context/), optional: the run's spans continue
+# that trace (telemetry.py).
+TRACEPARENT = "traceparent"
+TRACESTATE = "tracestate"
+
+# DBOS's names of the encodings in `workflow_status.serialization`. The worker writes portable JSON; it reads
+# portable JSON and DBOS-py's pickle, and decodes the TypeScript SDK's own encoding (superjson, and the legacy
+# JSON before it) into portable JSON when it claims such a run.
+PORTABLE_JSON = "portable_json"
+PY_PICKLE = "py_pickle"
+JS_SUPERJSON = "js_superjson"
+JS_LEGACY = "js_legacy"
+READABLE_ENCODINGS = (PORTABLE_JSON, PY_PICKLE)
+DECODED_ENCODINGS = (JS_SUPERJSON, JS_LEGACY)
+
+# The `name` of every run error in its portable form {"name", "message", "code", "data"}.
+RUN_ERROR_NAME = "RunFailedError"
+
+REQUEST_SCHEMA_PATH = Path(__file__).with_name("contract") / f"run-request.v{CONTRACT_VERSION}.schema.json"
+_ONE_OF = "it must carry exactly one of flow and flow_ref"
+
+
+@functools.cache
+def request_schema() -> dict[str, Any]:
+    schema: dict[str, Any] = json.loads(REQUEST_SCHEMA_PATH.read_text(encoding="utf-8"))
+    return schema
+
+
+@functools.cache
+def _validator() -> jsonschema.protocols.Validator:
+    schema = request_schema()
+    validator_class = jsonschema.validators.validator_for(schema)
+    validator_class.check_schema(schema)
+    validator: jsonschema.protocols.Validator = validator_class(schema)
+    return validator
+
+
+def request_problems(request: Any) -> list[str]:
+    """What makes `request` not a run request of this contract, one line each (empty: it is one)."""
+    if not isinstance(request, dict):
+        return [_ONE_OF]
+    if _validator().is_valid(request):  # the common case, at a third of the cost of collecting the errors
+        return []
+    problems = []
+    for error in sorted(_validator().iter_errors(request), key=lambda e: (list(e.absolute_path), e.validator)):
+        if error.validator == "oneOf" and not error.absolute_path:
+            problems.append(_ONE_OF)
+        elif error.validator == "additionalProperties":
+            known = ", ".join(request_schema()["properties"])
+            extra = ", ".join(sorted(set(request) - set(request_schema()["properties"])))
+            problems.append(f"unknown field(s) {extra} (a run request has: {known})")
+        else:
+            where = ".".join(str(part) for part in error.absolute_path) or "request"
+            problems.append(f"{where}: {_short(error.message)}")
+    return problems
+
+
+def _short(message: str, limit: int = 300) -> str:
+    flat = " ".join(message.split())
+    return flat if len(flat) <= limit else flat[: limit - 1] + "…"
+
+
+def build_request(
+    *,
+    flow: dict[str, Any] | None = None,
+    flow_ref: str | None = None,
+    inputs: dict[str, Any],
+    queue: str,
+    events: str | None = None,
+    trace_context: dict[str, str] | None = None,
+) -> dict[str, Any]:
+    """A run request; ValueError naming the problems when it is not one. `trace_context`: the `traceparent`
+    (and `tracestate`) of the enqueuer's span."""
+    request: dict[str, Any] = {INPUTS: inputs, QUEUE: queue}
+    if events is not None:
+        request[EVENTS] = events
+    request.update(trace_context or {})
+    if flow_ref is not None:
+        request[FLOW_REF] = flow_ref
+    if flow is not None:
+        request[FLOW] = flow
+    problems = request_problems(request)
+    if problems:
+        raise ValueError("invalid run request: " + "; ".join(problems))
+    return request
+
+
+def portable_arguments(request: Any) -> str:
+    """The workflow's input as DBOS's portable JSON encoding stores it (`workflow_status.inputs`)."""
+    return json.dumps({"positionalArgs": [request], "namedArgs": {}}, separators=(",", ":"), ensure_ascii=False)
+
+
+def portable_error(message: str) -> str:
+    """A run's error as the worker stores it (portable JSON), for every SDK to read."""
+    error = {"name": RUN_ERROR_NAME, "message": message, "code": None}
+    return json.dumps(error, separators=(",", ":"), ensure_ascii=False)
