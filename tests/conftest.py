@@ -14,7 +14,7 @@ from collections.abc import Iterator
 import pytest
 from fireflow_worker.local_postgres import LocalPostgres
 
-pytest_plugins = ["tests.kube.plugin"]
+pytest_plugins = ["tests.kube.plugin", "tests.otlp"]
 
 
 @pytest.fixture(scope="session")

@@ -17,6 +17,7 @@ from collections.abc import Mapping
 from typing import Any
 
 import kopf
+from fireflow_worker import logformat, telemetry
 from kubernetes import client, config
 
 from fireflow_operator import conditions, metrics, names
@@ -24,6 +25,7 @@ from fireflow_operator.finalizer import finalize, report_waiting
 from fireflow_operator.kube import Kube
 from fireflow_operator.model import GROUP, PLURAL, VERSION
 from fireflow_operator.pool_index import PoolIndex
+from fireflow_operator.pool_metrics import PoolSeries
 from fireflow_operator.reconcile import Reconciler
 from fireflow_operator.settings import OperatorSettings, load_settings
 
@@ -51,6 +53,7 @@ class _State:
 
 
 STATE = _State()
+_pool_series = PoolSeries()
 
 
 @kopf.on.startup()
@@ -81,6 +84,12 @@ def configure(settings: kopf.OperatorSettings, **_: Any) -> None:
 
 
 async def _reconcile(namespace: str, name: str) -> None:
+    logformat.enter_pool(namespace, name)  # this line and kopf's about the handler name the pool
+    with telemetry.span("reconcile", {"k8s.namespace.name": namespace, "fireflow.pool": name}):
+        await _reconcile_pool(namespace, name)
+
+
+async def _reconcile_pool(namespace: str, name: str) -> None:
     key = (namespace, name)
     lock = _locks.setdefault(key, asyncio.Lock())
     async with lock:
@@ -95,6 +104,7 @@ async def _reconcile(namespace: str, name: str) -> None:
                 _phases.pop(key, None)
                 with contextlib.suppress(KeyError):  # a deleted pool leaves no stale series behind
                     metrics.BUDGET_ALLOWED.remove(namespace, name)
+                _pool_series.forget(namespace, name)
                 return
             raise
         body: dict[str, Any] = fetched
@@ -106,6 +116,7 @@ async def _reconcile(namespace: str, name: str) -> None:
             if isinstance(err, client.ApiException) and err.status == 403 and "being terminated" in str(err.body):
                 return  # the namespace is going: only the finalizer has work left, and it runs on its own
             metrics.RECONCILES.labels("error").inc()
+            telemetry.record_failure(err)
             log.exception("reconcile of %s/%s failed; retrying in %s s", namespace, name, STATE.settings.resync_seconds)
             _requeue(namespace, name, STATE.settings.resync_seconds)
             return
@@ -118,6 +129,7 @@ async def _reconcile(namespace: str, name: str) -> None:
         metrics.RECOVERED_RUNS.inc(outcome.recovered_runs)
         if outcome.allowed_replicas is not None:
             metrics.BUDGET_ALLOWED.labels(namespace, name).set(outcome.allowed_replicas)
+        _pool_series.update(namespace, name, outcome.status)
         for kind, reason, message in outcome.events:
             kopf.event(kopf.Body(body), type=kind, reason=reason, message=message)  # type: ignore[arg-type]
         if outcome.requeue_seconds is not None:

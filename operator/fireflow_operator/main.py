@@ -4,10 +4,15 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import logging
 import sys
+
+from fireflow_worker import logformat, telemetry
 
 from fireflow_operator.leadership import Leadership, StandbyHealth
 from fireflow_operator.settings import OperatorSettings, SettingsError, load_settings
+
+log = logging.getLogger("fireflow.operator")
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -35,13 +40,20 @@ def main(argv: list[str] | None = None) -> int:
     try:
         settings = load_settings()
     except SettingsError as err:
-        print(f"error: {err}", file=sys.stderr)
+        logformat.early_error(str(err))
         return 2
     import kopf  # noqa: PLC0415 - after the settings, so a bad value fails fast and quietly
 
     from fireflow_operator import handlers  # noqa: F401, PLC0415 - registers the handlers
 
     kopf.configure(verbose=settings.log_level == "DEBUG")
+    logformat.use_format(settings.log_format)  # on kopf's handler: every line, kopf's own included
+    try:
+        if telemetry.configure_tracing("fireflow-operator"):
+            log.info("tracing reconciles over OTLP/HTTP (OTEL_EXPORTER_OTLP_ENDPOINT)")
+    except telemetry.TelemetryError as err:
+        logformat.early_error(str(err))
+        return 2
     loop = asyncio.new_event_loop()
     leadership = _lead(settings, loop) if settings.leader_election_namespace else None
     try:
@@ -55,10 +67,11 @@ def main(argv: list[str] | None = None) -> int:
         )
     finally:
         loop.close()
+        telemetry.shutdown()  # exports the spans still buffered
     if leadership is None:
         return 0
     if leadership.lost:
-        print("error: lost the leader Lease; exiting so that this replica comes back as a candidate", file=sys.stderr)
+        log.error("lost the leader Lease; exiting so that this replica comes back as a candidate")
         return 1
     leadership.release()
     return 0

@@ -17,3 +17,35 @@ BUDGET_ALLOWED = Gauge(
     ["namespace", "pool"],
     registry=REGISTRY,
 )
+# Every pool's status (pool_metrics.py): what the alerts and the dashboard read.
+POOL_CONDITION = Gauge(
+    "fireflow_operator_pool_condition",
+    "A pool condition: 1 True, 0 False, -1 Unknown, labelled with its current reason.",
+    ["namespace", "pool", "type", "reason"],
+    registry=REGISTRY,
+)
+POOL_REPLICAS = Gauge(
+    "fireflow_operator_pool_replicas",
+    "A pool's workers: desired (asked for), allowed (by the connection budget), current, ready.",
+    ["namespace", "pool", "kind"],
+    registry=REGISTRY,
+)
+POOL_CONNECTIONS = Gauge(
+    "fireflow_operator_pool_connections",
+    "A pool's connection budget: max (the server's limit that binds), needed (the pool's workers and "
+    "migration Job), per_replica, others (other clients' smoothed usage).",
+    ["namespace", "pool", "kind"],
+    registry=REGISTRY,
+)
+POOL_SCHEMA_VERSION = Gauge(
+    "fireflow_operator_pool_schema_version",
+    "The DBOS schema version of a pool's database: current, and required by its target image.",
+    ["namespace", "pool", "kind"],
+    registry=REGISTRY,
+)
+POOL_VERSION = Gauge(
+    "fireflow_operator_pool_version_info",
+    "1 for the image and application version a pool's workers run.",
+    ["namespace", "pool", "image", "application_version"],
+    registry=REGISTRY,
+)

@@ -73,6 +73,7 @@ class Reconciler:
         self._reconcile(body, draft)
         draft.transition_events()
         self.kube.write_status(draft.namespace, draft.name, draft.old, draft.new)
+        draft.outcome.status = draft.new
         return draft.outcome
 
     def _reconcile(self, body: dict[str, Any], draft: StatusDraft) -> None:

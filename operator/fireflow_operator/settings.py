@@ -7,6 +7,7 @@ import os
 from collections.abc import Mapping
 from typing import Annotated, Any, Literal
 
+from fireflow_worker.logformat import LOG_FORMAT_ENV, LogFormat
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationError, model_validator
 
 from fireflow_operator.k8s_types import ResourceRequirements
@@ -74,6 +75,8 @@ class OperatorSettings(BaseModel):
         alias="FIREFLOW_OPERATOR_MIGRATION_RESOURCES",
     )
     log_level: Literal["DEBUG", "INFO", "WARNING", "ERROR"] = Field("INFO", alias="FIREFLOW_OPERATOR_LOG_LEVEL")
+    # Every line (kopf's and the Kubernetes client's included) as text or one JSON object (logformat.py).
+    log_format: LogFormat = Field("text", alias="FIREFLOW_LOG_FORMAT")
     # Leader election on a coordination.k8s.io Lease in this namespace (the chart sets its own): replicas
     # beyond one stand by and take over when the leader's Lease expires. Empty: no election (one replica).
     leader_election_namespace: str = Field("", alias="FIREFLOW_OPERATOR_LEADER_ELECTION_NAMESPACE")
@@ -101,6 +104,8 @@ def load_settings(environ: Mapping[str, str] | None = None) -> OperatorSettings:
     values: dict[str, Any] = {k: v for k, v in env.items() if k in aliases and v.strip() != ""}
     if "FIREFLOW_OPERATOR_LOG_LEVEL" in values:
         values["FIREFLOW_OPERATOR_LOG_LEVEL"] = values["FIREFLOW_OPERATOR_LOG_LEVEL"].upper()
+    if LOG_FORMAT_ENV in values:
+        values[LOG_FORMAT_ENV] = values[LOG_FORMAT_ENV].strip().lower()
     try:
         return OperatorSettings.model_validate(values)
     except ValidationError as err:

@@ -21,6 +21,7 @@ class Outcome:
     requeue_seconds: float | None = None
     allowed_replicas: int | None = None  # what the connection budget allows, when it was computed
     recovered_runs: int = 0
+    status: dict[str, Any] = field(default_factory=dict)  # the status written (the pool's metrics)
 
 
 def first_error(err: ValidationError) -> str:

@@ -24,7 +24,8 @@ CHART_CRD_FILE = CHART_DIR / "files" / CRD_FILE.name
 KUBE_VERSION = pins()["KUBERNETES_VERSION"]
 # Kinds whose CRDs the test cluster does not have: YAML-checked, not validated by the API server.
 NO_SERVER_SCHEMA = {("monitoring.coreos.com/v1", "ServiceMonitor"), ("keda.sh/v1alpha1", "ScaledObject"),
-                    ("keda.sh/v1alpha1", "TriggerAuthentication")}  # fmt: skip
+                    ("keda.sh/v1alpha1", "TriggerAuthentication"), ("monitoring.coreos.com/v1", "PodMonitor"),
+                    ("monitoring.coreos.com/v1", "PrometheusRule")}  # fmt: skip
 
 # (apiGroup, resource, verb): what the operator calls (operator/fireflow_operator/kube.py, reconcile.py,
 # handlers.py) and what kopf does for it. Any change to the chart's rules must change this list too.
@@ -150,6 +151,7 @@ class Scenario:
 CUSTOM_SETTINGS: Json = {
     "operator": {
         "logLevel": "DEBUG",
+        "logFormat": "json",
         "resyncSeconds": 12.5,
         "databaseTimeoutSeconds": 9,
         "migrationRetrySeconds": 45,
@@ -175,7 +177,12 @@ SCENARIOS = [
                     "labels": {"release": "prometheus"},
                     "relabelings": [{"targetLabel": "team", "replacement": "fireflow"}],
                 }
-            }
+            },
+            "monitoring": {
+                "podMonitor": {"enabled": True, "labels": {"release": "prometheus"}},
+                "prometheusRule": {"enabled": True, "labels": {"release": "prometheus"}},
+                "grafanaDashboard": {"enabled": True},
+            },
         },
     ),
     Scenario("no-metrics", lambda ns: {"metrics": {"enabled": False}}),

@@ -233,6 +233,7 @@ def test_should_pass_custom_settings_image_and_resources_through(tmp_path: Path)
     settings = load_settings(_env(objects))
     operator, metrics = CUSTOM_SETTINGS["operator"], CUSTOM_SETTINGS["metrics"]
     assert settings.log_level == operator["logLevel"]
+    assert settings.log_format == operator["logFormat"]
     assert settings.resync_seconds == operator["resyncSeconds"]
     assert settings.database_timeout_seconds == operator["databaseTimeoutSeconds"]
     assert settings.migration_retry_seconds == operator["migrationRetrySeconds"]

@@ -86,3 +86,11 @@ def psa_check_path() -> Path:
     own naming)."""
     digest = hashlib.sha256(PSA_CHECK_SOURCE.read_bytes()).hexdigest()[:12]
     return tools_dir() / f"psa-check-{pins()['KUBERNETES_VERSION']}-{digest}" / "bin" / "psa-check"
+
+
+def otelcol_path() -> Path:
+    """The OpenTelemetry Collector of the tracing tests; the one-line error when it is not built."""
+    path = tools_dir() / f"otelcol-{pins()['OTELCOL_VERSION']}" / "bin" / "fireflow-otelcol"
+    if not os.access(path, os.X_OK):
+        raise MissingBinariesError(f"{path} is missing; build it with: tests/kube/build-otel-collector.sh")
+    return path

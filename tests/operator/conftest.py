@@ -33,6 +33,7 @@ class OperatorProcess:
         self.extra_env = env
         self.log_path = Path(tempfile.mkstemp(prefix="fireflow-operator-", suffix=".log")[1])
         self.process: subprocess.Popen[bytes] | None = None
+        self.environment: dict[str, str] = {}
 
     def start(self) -> OperatorProcess:
         env = {
@@ -45,6 +46,7 @@ class OperatorProcess:
             "FIREFLOW_OPERATOR_MIGRATION_RETRY_SECONDS": "3",
             **self.extra_env,
         }
+        self.environment = env
         with self.log_path.open("ab") as log:
             self.process = subprocess.Popen([OPERATOR_BIN], env=env, stdout=log, stderr=subprocess.STDOUT)
         return self

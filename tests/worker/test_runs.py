@@ -191,7 +191,8 @@ def test_should_count_in_metrics_what_actually_ran(client: FireflowClient, start
     assert _metric(worker, "fireflow_runs_succeeded_total", queue) == 3
     assert _metric(worker, "fireflow_runs_failed_total", queue) == 1
     assert _metric(worker, "fireflow_node_duration_seconds_count", '{outcome="succeeded",type="template"}') == 3
-    assert _metric(worker, "fireflow_run_duration_seconds_count") == 4
+    assert _metric(worker, "fireflow_run_duration_seconds_count", '{flow="greet"}') == 3
+    assert _metric(worker, "fireflow_run_duration_seconds_count", '{flow="doomed"}') == 1
     assert _metric(worker, "fireflow_active_runs") == 0
     assert _metric(worker, "fireflow_worker_ready") == 1
     # The sampler reads queue depths and claim latencies every few seconds (off the runs' hot path); an idle

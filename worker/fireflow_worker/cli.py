@@ -10,13 +10,13 @@ from __future__ import annotations
 import argparse
 import os
 import signal
-import sys
 from collections.abc import Sequence
 
 from fireflow_worker import migrate
 from fireflow_worker.client_cli import client_main
 from fireflow_worker.config import ConfigError, load_config
 from fireflow_worker.dburl import mask_logs, redact_url
+from fireflow_worker.logformat import configure, early_error
 
 __all__ = ["client_main", "worker_main"]
 
@@ -27,7 +27,7 @@ SUPERVISOR_PID_ENV = "FIREFLOW_SUPERVISOR_PID"
 
 
 def _fail_usage(message: str) -> int:
-    print(f"error: {message}", file=sys.stderr)
+    early_error(message)
     return EXIT_USAGE
 
 
@@ -54,6 +54,7 @@ def worker_main(argv: Sequence[str] | None = None) -> int:
     except ConfigError as err:
         return _fail_usage(str(err))
     if args.command == "migrate":
+        configure(config.log_level, config.log_format)
         mask_logs([config.database_url or ""])  # DBOS logs the URL it migrates, query password included
         return _migrate(args, config.database_url)
     processes = config.processes

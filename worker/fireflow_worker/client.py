@@ -16,7 +16,7 @@ from typing import Any
 from dbos import DBOSClient, WorkflowSerializationFormat
 from dbos import error as dbos_error
 
-from fireflow_worker import queues, run_contract
+from fireflow_worker import queues, run_contract, telemetry
 from fireflow_worker.flow_store import FlowNotFoundError, load_flow_definition, save_flow
 from fireflow_worker.flows.document import DocumentError, parse_text
 from fireflow_worker.flows.validate import FlowValidationError, load_flow, validate_run_inputs
@@ -109,10 +109,13 @@ class FireflowClient:
         queue: str = queues.EXECUTIONS,
         run_id: str | None = None,
         events: str | None = None,
+        traceparent: str | None = None,
     ) -> str:
         """Validate and enqueue one run, by value (`flow`) or by reference (`flow_ref`); returns its id.
 
         `events` is the run's event detail (`steps` or `live`, see `run_events`); None leaves it to the queue.
+        `traceparent` (W3C Trace Context) is the trace the run's spans continue; None: the caller's current
+        OpenTelemetry span, if any (see telemetry.py).
         """
         if (flow is None) == (flow_ref is None):
             raise ValueError("give exactly one of flow and flow_ref")
@@ -130,7 +133,12 @@ class FireflowClient:
             parsed = load_flow(flow)
         checked_inputs = validate_run_inputs(parsed, inputs or {})
         request = run_contract.build_request(
-            flow=flow, flow_ref=flow_ref, inputs=checked_inputs, queue=queue, events=events
+            flow=flow,
+            flow_ref=flow_ref,
+            inputs=checked_inputs,
+            queue=queue,
+            events=events,
+            trace_context={run_contract.TRACEPARENT: traceparent} if traceparent else telemetry.current_traceparent(),
         )
         # Portable JSON: the run's input, result, error and events are then readable by every DBOS SDK.
         handle: Any = self._dbos.enqueue(

@@ -23,6 +23,7 @@ from pydantic import (
 )
 
 from fireflow_worker.dburl import POSTGRES_SCHEMES, redact_url, url_problem
+from fireflow_worker.logformat import LogFormat
 from fireflow_worker.processes import MAX_PROCESSES, child_executor_id, default_processes
 from fireflow_worker.queues import ALL_QUEUES, BACKGROUND, EXECUTIONS, SANDBOX, TERMINAL
 
@@ -57,6 +58,10 @@ def _auto_is_unset(value: Any) -> Any:
 def _upper_log_level(value: Any) -> Any:
     # DBOS rejects lower-case levels; the seed's default is "info".
     return value.strip().upper() if isinstance(value, str) else value
+
+
+def _lower(value: Any) -> Any:
+    return value.strip().lower() if isinstance(value, str) else value
 
 
 def _split_queues(value: Any) -> Any:
@@ -150,6 +155,8 @@ class WorkerConfig(BaseModel):
     )
     # SQLAlchemy's ping before every pooled checkout: one more round trip per database transaction.
     pool_pre_ping: Bool = Field(False, alias="FIREFLOW_POOL_PRE_PING")
+    # Every line of the process as text or as one JSON object (see logformat.py).
+    log_format: Annotated[LogFormat, BeforeValidator(_lower)] = Field("text", alias="FIREFLOW_LOG_FORMAT")
 
     @model_validator(mode="after")
     def _database_or_local(self) -> WorkerConfig:
@@ -232,6 +239,8 @@ def _field_hint(field_name: str) -> str:
         return "true or false"
     if field_name == "log_level":
         return "one of debug, info, warning, error, critical (any case)"
+    if field_name == "log_format":
+        return "text or json"
     return ""
 
 

@@ -12,6 +12,7 @@ from the step records; see `run_events`). Only a run asking for `live` events wr
 
 from __future__ import annotations
 
+import logging
 import time
 from typing import Any
 
@@ -19,7 +20,7 @@ from dbos import DBOS, StepOptions
 from dbos import error as dbos_error
 from prometheus_client import Counter
 
-from fireflow_worker import dbos_compat, metrics, queues, run_contract
+from fireflow_worker import dbos_compat, logformat, metrics, queues, run_contract, telemetry
 from fireflow_worker.executors import execute_chain, execute_graph
 from fireflow_worker.flow_plans import FlowPlan, PlanCache
 from fireflow_worker.flow_store import FlowNotFoundError
@@ -41,6 +42,8 @@ __all__ = [
 # The contract's names (see run_contract), re-exported for the engine's callers.
 WORKFLOW_NAME = run_contract.WORKFLOW_NAME
 EVENTS_STREAM = run_contract.EVENTS_STREAM
+
+log = logging.getLogger("fireflow.worker")
 
 
 PLANS = PlanCache()
@@ -70,21 +73,31 @@ def run_flow(request: dict[str, Any]) -> dict[str, Any]:
         SETTINGS.on_run_started(run_id)
     started = time.monotonic()
     ended: Counter | None = metrics.RUNS_FAILED
-    try:
-        result = _run(request, run_id)
-        ended = metrics.RUNS_SUCCEEDED
-        return result
-    except dbos_error.DBOSWorkflowCancelledError:
-        ended = metrics.RUNS_CANCELLED
-        raise
-    finally:
-        if ended is not None:
-            metrics.run_counter(ended, queue).inc()
-        metrics.RUN_DURATION.observe(time.monotonic() - started)
-        metrics.ACTIVE_RUNS.dec()
-        SETTINGS.active_runs.discard(run_id)
-        if SETTINGS.on_run_ended is not None:
-            SETTINGS.on_run_ended(queue)
+    outcome = "failed"
+    flow = flow_label(request) or "unknown"
+    span_attributes = {"fireflow.run.id": run_id, "fireflow.flow": flow, "fireflow.queue": queue}
+    with logformat.run_context(run_id), telemetry.run_span(request, span_attributes):
+        log.info("run %s started: flow %s, queue %s", run_id, flow, queue)
+        try:
+            result = _run(request, run_id)
+            ended, outcome = metrics.RUNS_SUCCEEDED, "succeeded"
+            return result
+        except dbos_error.DBOSWorkflowCancelledError:
+            ended, outcome = metrics.RUNS_CANCELLED, "cancelled"
+            raise
+        except BaseException as err:
+            outcome = f"failed: {one_line(err, 300)}"
+            raise
+        finally:
+            elapsed = time.monotonic() - started
+            if ended is not None:
+                metrics.run_counter(ended, queue).inc()
+            metrics.run_duration(flow).observe(elapsed)
+            metrics.ACTIVE_RUNS.dec()
+            SETTINGS.active_runs.discard(run_id)
+            if SETTINGS.on_run_ended is not None:
+                SETTINGS.on_run_ended(queue)
+            log.info("run %s ended after %.3f s: %s", run_id, elapsed, outcome)
 
 
 def _run(request: Any, run_id: str) -> dict[str, Any]:

@@ -25,7 +25,7 @@ from typing import Any
 from dbos import DBOS, StepOptions
 from dbos import error as dbos_error
 
-from fireflow_worker import dbos_compat
+from fireflow_worker import dbos_compat, logformat, telemetry
 from fireflow_worker.flow_plans import FlowPlan
 from fireflow_worker.flows.graph import resolve_params
 from fireflow_worker.node_step import NodeCall, node_finished_event, now_ms, one_line, run_node_step
@@ -56,7 +56,9 @@ def _node_call(
     spec = plan.flow.nodes[node_id]
     retry = plan.retries[node_id]
     params = resolve_params(spec.params, inputs, outputs, limits.max_node_output_bytes)
-    call = NodeCall(run_id, node_id, spec.type, params, limits, budget, SETTINGS.is_cancelled, live)
+    call = NodeCall(
+        run_id, node_id, spec.type, params, limits, budget, SETTINGS.is_cancelled, live, telemetry.current_run()
+    )
     options: StepOptions = {
         "name": f"node:{node_id}",
         "retries_allowed": retry.max_attempts > 1,
@@ -91,7 +93,8 @@ def execute_chain(plan: FlowPlan, inputs: dict[str, Any], run_id: str, live: boo
             try:
                 needed = {dep: outputs[dep] for dep in plan.deps[node_id]}
                 options, call = _node_call(plan, node_id, inputs, needed, run_id, live, budget)
-                result = reservation.run(options, run_node_step, call)
+                with logformat.node_context(node_id):  # DBOS's lines about the step (its retries) too
+                    result = reservation.run(options, run_node_step, call)
             except Exception as err:
                 raise _node_failure(node_id, err) from None
             budget.record(node_id, int(result.get("bytes", 0)))
@@ -128,7 +131,8 @@ async def execute_graph(plan: FlowPlan, inputs: dict[str, Any], run_id: str, liv
         try:
             options, call = _node_call(plan, node_id, inputs, outputs, run_id, live, budget)
             async with slots:
-                result = await reservations[node_id].run_async(options, run_node_step, call)
+                with logformat.node_context(node_id):  # this task's own context: DBOS's lines about the step too
+                    result = await reservations[node_id].run_async(options, run_node_step, call)
         except Exception as err:
             done[node_id].set_exception(_node_failure(node_id, err))
             return

@@ -11,6 +11,9 @@ from prometheus_client.process_collector import ProcessCollector
 REGISTRY = CollectorRegistry()
 ProcessCollector(registry=REGISTRY)
 
+# A label value per flow name, up to this many per process: a label must stay a small set.
+MAX_FLOW_LABELS = 100
+OTHER_FLOWS = "other"
 _DURATION_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300, 900, 3600)
 
 RUNS_STARTED = Counter(
@@ -36,7 +39,9 @@ RUN_ENCODINGS = Counter(
 ACTIVE_RUNS = Gauge("fireflow_active_runs", "Runs executing in this process now.", registry=REGISTRY)
 RUN_DURATION = Histogram(
     "fireflow_run_duration_seconds",
-    "Wall time of a run, from its start on this worker to its end.",
+    "Wall time of a run, from its start on this worker to its end, by flow (the first "
+    f'{MAX_FLOW_LABELS} flow names a process sees; later ones are counted as flow="{OTHER_FLOWS}").',
+    ["flow"],
     buckets=_DURATION_BUCKETS,
     registry=REGISTRY,
 )
@@ -58,6 +63,12 @@ QUEUE_DEPTH = Gauge(
     "fireflow_queue_depth",
     "Runs in a queue by status, as last sampled from the database.",
     ["queue", "status"],
+    registry=REGISTRY,
+)
+QUEUE_OLDEST_AGE = Gauge(
+    "fireflow_queue_oldest_enqueued_age_seconds",
+    "Age of the oldest ENQUEUED run of a queue (0 when none waits), as last sampled.",
+    ["queue"],
     registry=REGISTRY,
 )
 QUEUE_DEPTH_SAMPLE_ERRORS = Counter(
@@ -84,4 +95,18 @@ def node_duration(node_type: str, outcome: str) -> Histogram:
 @functools.cache
 def run_counter(counter: Counter, queue: str) -> Counter:
     child: Counter = counter.labels(queue)
+    return child
+
+
+_run_durations: dict[str, Histogram] = {}
+
+
+def run_duration(flow: str) -> Histogram:
+    """The run-duration child of a flow; past MAX_FLOW_LABELS distinct flows, the `other` child."""
+    child = _run_durations.get(flow)
+    if child is None:
+        label = flow if len(_run_durations) < MAX_FLOW_LABELS else OTHER_FLOWS
+        child = RUN_DURATION.labels(label)
+        if label == flow:
+            _run_durations[flow] = child
     return child

@@ -17,11 +17,12 @@ from dbos import DBOS
 from dbos import error as dbos_error
 from sqlalchemy import exc as sa_exc
 
-from fireflow_worker import metrics
+from fireflow_worker import logformat, metrics, telemetry
 from fireflow_worker.flows.nodetype import NodeContext, NodeError, parse_params, run_node
 from fireflow_worker.flows.registry import default_registry
 from fireflow_worker.run_contract import EVENTS_STREAM
 from fireflow_worker.run_limits import OutputBudget, RunLimits, checked_output_size
+from fireflow_worker.telemetry import NO_TRACE, RunTrace
 
 # A run's error and its events carry one line; a node raising a megabyte of text must not store it.
 MAX_MESSAGE_CHARS = 2000
@@ -52,6 +53,8 @@ class NodeCall:
     is_cancelled: IsCancelled
     # Write this node's events to the run's stream as they happen (the run's `live` event detail).
     live: bool = False
+    # The run's span, which this node's span is a child of (see telemetry.py).
+    trace: RunTrace = NO_TRACE
 
     def should_retry(self, err: BaseException) -> bool:
         """Failures another attempt cannot fix are not retried, and nothing is retried once the run is cancelled."""
@@ -75,6 +78,17 @@ def run_node_step(call: NodeCall) -> dict[str, Any]:
     NodeError."""
     status = DBOS.step_status
     attempt = 1 + (status.current_attempt or 0) if status is not None else 1
+    # The step may run in a thread of DBOS's pool: what its lines are about is said again here. A failure
+    # leaving the node's span marks it failed.
+    with (
+        logformat.run_context(call.run_id),
+        logformat.node_context(call.node_id),
+        telemetry.node_span(call.trace, call.node_id, call.node_type, attempt),
+    ):
+        return _attempt(call, attempt)
+
+
+def _attempt(call: NodeCall, attempt: int) -> dict[str, Any]:
     if attempt > 1 and call.is_cancelled(call.run_id, True):
         # Raised past DBOS's retry loop and not recorded: a resumed run attempts this node afresh.
         raise dbos_error.DBOSWorkflowCancelledError(f"run {call.run_id} was cancelled; node {call.node_id} stops")

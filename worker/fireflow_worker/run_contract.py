@@ -35,6 +35,10 @@ QUEUE = "queue"
 EVENTS = "events"
 STEPS_DETAIL = "steps"
 LIVE_DETAIL = "live"
+# The enqueuer's W3C Trace Context (https://www.w3.org/TR/trace-context/), optional: the run's spans continue
+# that trace (telemetry.py).
+TRACEPARENT = "traceparent"
+TRACESTATE = "tracestate"
 
 # DBOS's names of the encodings in `workflow_status.serialization`. The worker writes portable JSON; it reads
 # portable JSON and DBOS-py's pickle, and decodes the TypeScript SDK's own encoding (superjson, and the legacy
@@ -100,11 +104,14 @@ def build_request(
     inputs: dict[str, Any],
     queue: str,
     events: str | None = None,
+    trace_context: dict[str, str] | None = None,
 ) -> dict[str, Any]:
-    """A run request; ValueError naming the problems when it is not one."""
+    """A run request; ValueError naming the problems when it is not one. `trace_context`: the `traceparent`
+    (and `tracestate`) of the enqueuer's span."""
     request: dict[str, Any] = {INPUTS: inputs, QUEUE: queue}
     if events is not None:
         request[EVENTS] = events
+    request.update(trace_context or {})
     if flow_ref is not None:
         request[FLOW_REF] = flow_ref
     if flow is not None:

@@ -24,9 +24,10 @@ from types import FrameType
 import sqlalchemy as sa
 from dbos import DBOS, DBOSConfig
 
-from fireflow_worker import dbos_compat, engine, queues, run_encodings, schema, worker_db
+from fireflow_worker import dbos_compat, engine, logformat, queues, run_encodings, schema, telemetry, worker_db
 from fireflow_worker.cancellation import CancelWatcher
 from fireflow_worker.config import WorkerConfig
+from fireflow_worker.dbos_lines import DBOS_START_LINES
 from fireflow_worker.dburl import mask_logs, redact_url
 from fireflow_worker.dispatcher import Dispatcher
 from fireflow_worker.flow_store import ProvisionCache
@@ -97,13 +98,18 @@ def register_queues(config: WorkerConfig) -> None:
             raise StartupError(_explain(err, config)) from None
 
 
-def configure_logging(level: str, database_url: str) -> None:
-    """The worker's log on stderr, with the database password masked in every record (DBOS's included).
+def configure_logging(config: WorkerConfig) -> None:
+    """The worker's log on stderr in one format (DBOS's lines included), with the database password masked
+    in every record.
 
     Uncaught exceptions of any thread are logged through the same mask instead of printed raw.
     """
-    logging.basicConfig(level=level, stream=sys.stderr, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    mask_logs([database_url])
+    logformat.configure(config.log_level, config.log_format)
+    logformat.set_process_context(
+        namespace=os.environ.get("POD_NAMESPACE"), pool=os.environ.get("FIREFLOW_POOL"), executor=config.executor_id
+    )
+    logging.getLogger("dbos").addFilter(DBOS_START_LINES)
+    mask_logs([config.system_database_url])
     sys.excepthook = lambda kind, value, tb: log.critical("uncaught exception", exc_info=(kind, value, tb))
     threading.excepthook = lambda hook: log.error(
         "uncaught exception in thread %s",
@@ -114,7 +120,9 @@ def configure_logging(level: str, database_url: str) -> None:
 
 def run_worker(config: WorkerConfig) -> int:
     """Run until SIGTERM/SIGINT; returns the exit status (the caller exits with it)."""
-    configure_logging(config.log_level, config.system_database_url)
+    configure_logging(config)
+    if not _configure_tracing(config):
+        return 2
     if config.worker_id is None:
         log.warning(
             "FIREFLOW_WORKER_ID is unset: this worker runs as executor 'local'. Replicas sharing one id re-run "
@@ -181,6 +189,22 @@ def run_worker(config: WorkerConfig) -> int:
     return 0  # not reached
 
 
+def _configure_tracing(config: WorkerConfig) -> bool:
+    """Spans of runs and nodes over OTLP when the OTEL_* variables ask for them; False: they ask for the
+    impossible (said in the log)."""
+    try:
+        tracing = telemetry.configure_tracing(
+            "fireflow-worker",
+            {"fireflow.executor": config.executor_id, "fireflow.application_version": config.application_version},
+        )
+    except telemetry.TelemetryError as err:
+        log.error("cannot start: %s", err)
+        return False
+    if tracing:
+        log.info("tracing runs and nodes over OTLP/HTTP (OTEL_EXPORTER_OTLP_ENDPOINT)")
+    return True
+
+
 def _refund(config: WorkerConfig, run_ids: list[str]) -> None:
     """A drained run was not killed by its worker: its dispatch must not count towards abandoning it."""
     if config.database_url is None:
@@ -196,6 +220,7 @@ def _refund(config: WorkerConfig, run_ids: list[str]) -> None:
 
 
 def _flush_and_exit(status: int) -> None:
+    telemetry.flush()  # the spans still buffered: os._exit runs no atexit handler
     logging.shutdown()
     sys.stdout.flush()
     sys.stderr.flush()
@@ -252,6 +277,7 @@ def _launch(config: WorkerConfig) -> DBOS:
     # Claiming on notification, the worker claims its queues itself; DBOS polls none of them.
     DBOS.listen_queues([] if config.listens_for_work else config.queues)
     try:
+        DBOS_START_LINES.claimed_queues = config.queues if config.listens_for_work else []
         DBOS.launch()
     except Exception as err:
         raise StartupError(_explain(err, config)) from None

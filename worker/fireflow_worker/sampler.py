@@ -4,6 +4,7 @@ the runs' hot path) through DBOS's pooled engine: one query each per interval, w
 from __future__ import annotations
 
 import threading
+import time
 from collections.abc import Callable
 
 import sqlalchemy as sa
@@ -15,7 +16,8 @@ QUEUE_DEPTH_SAMPLE_SECONDS = 5.0
 
 
 class QueueDepthSampler(threading.Thread):
-    """Samples ENQUEUED/PENDING counts per served queue into `fireflow_queue_depth`."""
+    """Samples ENQUEUED/PENDING counts per served queue into `fireflow_queue_depth`, and the age of each
+    queue's oldest ENQUEUED run (the worker's clock against the database's `created_at`)."""
 
     def __init__(self, engine: Callable[[], sa.Engine], served: list[str]) -> None:
         super().__init__(name="queue-depth", daemon=True)
@@ -41,8 +43,11 @@ class QueueDepthSampler(threading.Thread):
             except Exception:
                 metrics.QUEUE_DEPTH_SAMPLE_ERRORS.inc()
             else:
+                now_ms = time.time() * 1000
                 for name in self._served:
                     for status in ("ENQUEUED", "PENDING"):
-                        metrics.QUEUE_DEPTH.labels(name, status).set(counts.get((name, status), 0))
+                        metrics.QUEUE_DEPTH.labels(name, status).set(counts.get((name, status), (0, 0))[0])
+                    waiting, oldest_ms = counts.get((name, "ENQUEUED"), (0, 0))
+                    metrics.QUEUE_OLDEST_AGE.labels(name).set(max(0.0, now_ms - oldest_ms) / 1000 if waiting else 0)
             if self.stopped.wait(QUEUE_DEPTH_SAMPLE_SECONDS):
                 return

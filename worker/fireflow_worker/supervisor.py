@@ -38,6 +38,7 @@ from types import FrameType
 from prometheus_client import Metric
 from prometheus_client.parser import text_string_to_metric_families
 
+from fireflow_worker import logformat
 from fireflow_worker.cli import SUPERVISOR_PID_ENV
 from fireflow_worker.config import WorkerConfig
 from fireflow_worker.health import NOT_FOUND, Reply, probe_handler
@@ -202,9 +203,8 @@ def _exposition(metric: Metric) -> bytes:
 
 def run_supervisor(config: WorkerConfig, processes: int) -> int:
     """Run `processes` workers until SIGTERM or until one exits; returns the supervisor's exit status."""
-    logging.basicConfig(
-        level=config.log_level, stream=sys.stderr, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
-    )
+    logformat.configure(config.log_level, config.log_format)
+    logformat.set_process_context(namespace=os.environ.get("POD_NAMESPACE"), pool=os.environ.get("FIREFLOW_POOL"))
     supervisor = Supervisor(config, processes)
     stop = threading.Event()
 

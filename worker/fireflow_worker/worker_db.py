@@ -58,14 +58,15 @@ def cancelled_among(engine: sa.Engine, run_ids: Sequence[str]) -> set[str]:
         return {str(row[0]) for row in conn.execute(query, {"ids": list(run_ids)})}
 
 
-def queue_depths(engine: sa.Engine) -> dict[tuple[str, str], int]:
-    """(queue, status) -> number of runs, for ENQUEUED and PENDING runs."""
+def queue_depths(engine: sa.Engine) -> dict[tuple[str, str], tuple[int, int]]:
+    """(queue, status) -> (number of runs, the oldest one's created_at in epoch ms), for ENQUEUED and PENDING
+    runs; one query, the same scan as the count alone."""
     query = sa.text(
-        f"SELECT queue_name, status, count(*) FROM {_workflow_status_table(engine)} "  # noqa: S608 - constant
+        f"SELECT queue_name, status, count(*), min(created_at) FROM {_workflow_status_table(engine)} "  # noqa: S608
         "WHERE queue_name IS NOT NULL AND status IN ('ENQUEUED', 'PENDING') GROUP BY queue_name, status"
     )
     with engine.connect() as conn:
-        return {(str(row[0]), str(row[1])): int(row[2]) for row in conn.execute(query)}
+        return {(str(row[0]), str(row[1])): (int(row[2]), int(row[3] or 0)) for row in conn.execute(query)}
 
 
 def load_flow_definition(engine: sa.Engine, name: str) -> dict[str, Any]:

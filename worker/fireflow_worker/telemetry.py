@@ -1,0 +1,202 @@
+"""Traces over OTLP: a span per run and per node attempt (the worker), per reconcile (the operator).
+
+On only when the standard variables ask for it: `OTEL_EXPORTER_OTLP_ENDPOINT` (or
+`OTEL_EXPORTER_OTLP_TRACES_ENDPOINT`) set, `OTEL_SDK_DISABLED` not true, `OTEL_TRACES_EXPORTER` not `none`.
+Everything else is the OpenTelemetry SDK's own reading of the `OTEL_*` variables: `OTEL_SERVICE_NAME`
+(default: the process's, `fireflow-worker` or `fireflow-operator`), `OTEL_RESOURCE_ATTRIBUTES`,
+`OTEL_EXPORTER_OTLP_HEADERS`/`_TIMEOUT`/`_COMPRESSION`/`_CERTIFICATE`, `OTEL_TRACES_SAMPLER[_ARG]` and
+`OTEL_BSP_*`. The protocol is OTLP/HTTP with protobuf (`<endpoint>/v1/traces`); `grpc` is refused at start.
+
+DBOS 3.4 could make spans itself (`enable_otlp`), but its step span covers every attempt of a step and
+carries none of the flow's names, and its exporter takes `service.name` from the DBOS application name and
+its endpoint from its own settings, not from the `OTEL_*` variables; the worker's spans replace it.
+
+A run continues the trace its enqueuer started: the run request's optional `traceparent` (and `tracestate`)
+keys, W3C Trace Context (run_contract.py and docs/run-contract.md). A run recovered after a crash starts a new run
+span in the same trace (the request is the run's recorded input).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import contextvars
+import logging
+import os
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from opentelemetry import context as otel_context
+from opentelemetry import trace
+from opentelemetry.trace import Span, SpanKind, Status, StatusCode
+from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
+
+from fireflow_worker.run_contract import TRACEPARENT, TRACESTATE
+
+log = logging.getLogger("fireflow.telemetry")
+
+TRACER_NAME = "fireflow"
+
+_PROVIDER: Any = None
+# Attributes of every span of this process (its executor id, its application version).
+_PROCESS_ATTRIBUTES: dict[str, str] = {}
+
+
+class TelemetryError(Exception):
+    """The OTEL_* variables ask for something this build cannot do; one line naming the fix."""
+
+
+def tracing_requested(environ: Mapping[str, str] | None = None) -> bool:
+    env = os.environ if environ is None else environ
+    if env.get("OTEL_SDK_DISABLED", "").strip().lower() == "true":
+        return False
+    if env.get("OTEL_TRACES_EXPORTER", "otlp").strip().lower() == "none":
+        return False
+    return bool(env.get("OTEL_EXPORTER_OTLP_ENDPOINT") or env.get("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT"))
+
+
+def configure_tracing(
+    default_service_name: str, attributes: Mapping[str, str] | None = None, environ: Mapping[str, str] | None = None
+) -> bool:
+    """Install the OTLP/HTTP exporter when the environment asks for traces; returns whether it did.
+    `attributes` go on every span of the process."""
+    global _PROVIDER  # noqa: PLW0603 - one tracer provider per process, as OpenTelemetry's own global
+    env = os.environ if environ is None else environ
+    if not tracing_requested(env):
+        return False
+    _PROCESS_ATTRIBUTES.update(attributes or {})
+    protocol = (
+        env.get("OTEL_EXPORTER_OTLP_TRACES_PROTOCOL") or env.get("OTEL_EXPORTER_OTLP_PROTOCOL") or "http/protobuf"
+    )
+    if protocol.strip() != "http/protobuf":
+        raise TelemetryError(
+            f"OTEL_EXPORTER_OTLP_PROTOCOL={protocol!r} is not supported: traces are exported over OTLP/HTTP; "
+            "set it to http/protobuf (or leave it unset) and point OTEL_EXPORTER_OTLP_ENDPOINT at the "
+            "receiver's HTTP port (usually 4318)"
+        )
+    from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter  # noqa: PLC0415
+    from opentelemetry.sdk.resources import SERVICE_NAME, Resource  # noqa: PLC0415
+    from opentelemetry.sdk.trace import TracerProvider  # noqa: PLC0415
+    from opentelemetry.sdk.trace.export import BatchSpanProcessor  # noqa: PLC0415
+
+    # An explicit attribute would win over OTEL_SERVICE_NAME: give the default only when it is unset.
+    named = env.get("OTEL_SERVICE_NAME") or "service.name=" in env.get("OTEL_RESOURCE_ATTRIBUTES", "")
+    provider = TracerProvider(resource=Resource.create({} if named else {SERVICE_NAME: default_service_name}))
+    provider.add_span_processor(BatchSpanProcessor(OTLPSpanExporter()))
+    trace.set_tracer_provider(provider)
+    _PROVIDER = provider
+    return True
+
+
+def flush(timeout_millis: int = 5_000) -> None:
+    """Export what is buffered (before the process exits without running atexit handlers)."""
+    if _PROVIDER is not None:
+        _PROVIDER.force_flush(timeout_millis)
+
+
+def shutdown() -> None:
+    if _PROVIDER is not None:
+        _PROVIDER.shutdown()
+
+
+def _tracer() -> trace.Tracer:
+    return trace.get_tracer(TRACER_NAME)
+
+
+def enabled() -> bool:
+    return _PROVIDER is not None
+
+
+def parent_of(request: Any) -> otel_context.Context | None:
+    """The enqueuer's trace context in a run request; None when it has none (or a malformed one)."""
+    if not isinstance(request, dict) or not isinstance(request.get(TRACEPARENT), str):
+        return None
+    carrier = {TRACEPARENT: request[TRACEPARENT]}
+    if isinstance(request.get(TRACESTATE), str):
+        carrier[TRACESTATE] = request[TRACESTATE]
+    extracted = TraceContextTextMapPropagator().extract(carrier)
+    return extracted if trace.get_current_span(extracted).get_span_context().is_valid else None
+
+
+def current_traceparent() -> dict[str, str]:
+    """The active span's context as run request keys, for an enqueuer inside a trace (empty outside one)."""
+    carrier: dict[str, str] = {}
+    TraceContextTextMapPropagator().inject(carrier)
+    return {key: carrier[key] for key in (TRACEPARENT, TRACESTATE) if key in carrier}
+
+
+@dataclass(frozen=True)
+class RunTrace:
+    """What a run's node spans need: their parent (the run span) and the run's attributes."""
+
+    context: otel_context.Context | None = None
+    attributes: dict[str, str] = field(default_factory=dict)
+
+
+NO_TRACE = RunTrace()
+
+
+_current_run: contextvars.ContextVar[RunTrace] = contextvars.ContextVar("fireflow_run_trace", default=NO_TRACE)
+
+
+def current_run() -> RunTrace:
+    """The run span of the run executing in this context (its nodes' steps are started from it)."""
+    return _current_run.get()
+
+
+@contextlib.contextmanager
+def run_span(request: Any, attributes: dict[str, str]) -> Iterator[RunTrace]:
+    """The span of one run, current inside the block; an exception leaving it marks it failed."""
+    if not enabled():
+        yield NO_TRACE
+        return
+    every = {**_PROCESS_ATTRIBUTES, **attributes}
+    with _tracer().start_as_current_span(
+        f"run {attributes.get('fireflow.flow', '')}".strip(),
+        context=parent_of(request),
+        kind=SpanKind.CONSUMER,
+        attributes=every,
+    ):
+        run = RunTrace(otel_context.get_current(), every)
+        token = _current_run.set(run)
+        try:
+            yield run
+        finally:
+            _current_run.reset(token)
+
+
+@contextlib.contextmanager
+def node_span(run: RunTrace, node_id: str, node_type: str, attempt: int) -> Iterator[Span | None]:
+    """The span of one attempt of a node, a child of its run's span."""
+    if not enabled() or run.context is None:
+        yield None
+        return
+    attributes: dict[str, str | int] = {
+        **run.attributes,
+        "fireflow.node.id": node_id,
+        "fireflow.node.type": node_type,
+        "fireflow.node.attempt": attempt,
+    }
+    with _tracer().start_as_current_span(f"node {node_id}", context=run.context, attributes=attributes) as span:
+        yield span
+
+
+@contextlib.contextmanager
+def span(name: str, attributes: dict[str, str]) -> Iterator[Span | None]:
+    """A span of the operator's (a reconcile), always a root: a reconcile scheduled from another inherits its
+    context, and is not a part of it."""
+    if not enabled():
+        yield None
+        return
+    with _tracer().start_as_current_span(
+        name, context=otel_context.Context(), attributes={**_PROCESS_ATTRIBUTES, **attributes}
+    ) as current:
+        yield current
+
+
+def record_failure(err: BaseException) -> None:
+    """Mark the current span failed by `err`, which its code caught (the operator logs and retries)."""
+    current = trace.get_current_span()
+    if current.is_recording():
+        current.record_exception(err)
+        current.set_status(Status(StatusCode.ERROR, f"{type(err).__name__}: {err}"[:500]))
