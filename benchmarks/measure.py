@@ -73,7 +73,7 @@ class Throughput:
 @dataclass(frozen=True)
 class IdleLoad:
     kind: Kind
-    variant: str  # what else was set, e.g. "seed defaults"
+    variant: str  # what else was set, e.g. "TS worker defaults"
     polling_ms: int
     queues: int
     workers: int

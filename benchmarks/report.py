@@ -21,7 +21,7 @@ NOTES = (
     "- FireFlow: `fireflow-worker` (a pod of 1 or N processes) running a FireFlow flow of 1 node (template) or 3"
     " (template -> transform -> template). raw DBOS-py: `benchmarks/baseline_worker.py`, a plain sync"
     " `@DBOS.workflow` of the same 1 or 3 `@DBOS.step`s, with the worker's pool setting. DBOS-TS:"
-    " `benchmarks/ts_worker/worker.js`, @dbos-inc/dbos-sdk 4.27.6 configured as the seed's env table says."
+    " `benchmarks/ts_worker/worker.js`, @dbos-inc/dbos-sdk 4.27.6 configured as the TypeScript worker's env table says."
     " All: worker concurrency {concurrency} (per process), no global cap, pool 30, one queue served unless said"
     " otherwise.",
     "- Throughput: N runs enqueued held before the workers start, released in one transaction once they are"
@@ -30,8 +30,8 @@ NOTES = (
     " involuntary, of every worker thread, per run (DBOS-py runs each workflow in a thread of its own, and each"
     " statement hands the interpreter lock over). RSS: the workers' resident memory at the end.",
     "- Idle load: ready workers, nothing queued; `pg_stat_statements` calls and `pg_stat_database.xact_commit`"
-    ' deltas of their database over the window. "seed defaults": the TS worker polls fireflow-executions at'
-    " DBOS_QUEUE_POLLING_INTERVAL_MS and the other queues at the SDK's default (1 s), as the seed configures"
+    ' deltas of their database over the window. "TS worker defaults": the TS worker polls fireflow-executions at'
+    " DBOS_QUEUE_POLLING_INTERVAL_MS and the other queues at the SDK's default (1 s), as the TS worker configures"
     " it; FireFlow at its own defaults (claims on enqueue notifications, a safety poll every 5 s).",
     "- Claim latency: `started_at_epoch_ms - created_at` (database clock), runs enqueued one at a time at random"
     " phases of the polling cycle.",
@@ -184,7 +184,7 @@ def idle_table(results: Results) -> list[str]:
     singles = [i for i in results.idle if i.workers == 1 and i.variant != "fleet"]
     for queues, polling in sorted({(i.queues, i.polling_ms) for i in singles}):
         here = [i for i in singles if (i.queues, i.polling_ms) == (queues, polling)]
-        ts = [i for i in here if i.kind == "ts" and i.variant in ("", "seed defaults")]
+        ts = [i for i in here if i.kind == "ts" and i.variant in ("", "TS worker defaults")]
         ts_statements = _median(i.statements_per_second for i in ts)
         ts_commits = _median(i.commits_per_second for i in ts)
         for kind, variant in sorted({(i.kind, i.variant) for i in here}, key=lambda kv: (_order((kv[0], 1)), kv[1])):

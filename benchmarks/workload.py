@@ -4,7 +4,7 @@
   (template -> transform -> template);
 - `raw`: raw DBOS-py 3.4 (`benchmarks/baseline_worker.py`), a plain sync `@DBOS.workflow` of the same 1 or 3
   steps computing the same results; `raw-async` is the same as an async workflow (the form the engine has);
-- `ts`: DBOS-TS 4.27.6, the seed's SDK (`benchmarks/ts_worker/worker.js`), the same steps.
+- `ts`: DBOS-TS 4.27.6, the TypeScript worker's SDK (`benchmarks/ts_worker/worker.js`), the same steps.
 
 Every run is enqueued with the application version `held`, which no worker claims; the measurement releases
 them all in one UPDATE (see measure.py). A TS database has the TS SDK's schema, so TS runs are enqueued by

@@ -1,8 +1,8 @@
-// The DBOS-TS worker the benchmark compares against: @dbos-inc/dbos-sdk 4.27.6 (the seed's SDK), configured
-// as the seed README's env table says (DBOS_WORKER_CONCURRENCY, DBOS_QUEUE_CONCURRENCY,
+// The DBOS-TS worker the benchmark compares against: @dbos-inc/dbos-sdk 4.27.6 (the TypeScript FireFlow execution worker's SDK), configured
+// as the TypeScript FireFlow execution worker's env table says (DBOS_WORKER_CONCURRENCY, DBOS_QUEUE_CONCURRENCY,
 // DBOS_QUEUE_POLLING_INTERVAL_MS on fireflow-executions, DBOS_SYSTEM_DATABASE_POOL_SIZE, FIREFLOW_WORKER_ID,
 // DBOS_RUN_MIGRATIONS, DBOS_SHUTDOWN_DRAIN_TIMEOUT_MS, DBOS_LOG_LEVEL, the sandbox and terminal sizes), with
-// the four queues registered as the seed's queue.ts does (in-process WorkflowQueue objects).
+// the four queues registered as the TypeScript FireFlow execution worker's queue.ts does (in-process WorkflowQueue objects).
 //
 // It runs the same steps as the Python baseline (benchmarks/baseline_worker.py): `bench.raw_flow` is one
 // step (`{"nodes": 1}`) or three (greet -> card -> summary). Benchmark-only variables: BENCH_QUEUES (the

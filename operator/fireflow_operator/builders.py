@@ -77,7 +77,7 @@ def _database_url_env(spec: PoolSpec) -> dict[str, Any]:
 
 
 def worker_env(pool: Pool, application_version: str) -> list[dict[str, Any]]:
-    """The worker container's environment: the seed's variables from the spec, the id from the pod's name."""
+    """The worker container's environment: the TS worker's variables from the spec, the id from the pod's name."""
     spec, dbos = pool.spec, pool.spec.dbos
     plain = {
         "DBOS_RUN_MIGRATIONS": "false",  # the operator's migration Job migrates; workers only verify

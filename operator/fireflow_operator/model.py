@@ -138,7 +138,7 @@ class DatabaseSpec(_Model):
 
 
 class DbosSpec(_Model):
-    """The DBOS settings of the seed README's table; defaults are the seed's."""
+    """The DBOS settings of the table of the TypeScript FireFlow execution worker's README; defaults are its own."""
 
     application_name: str = Field(
         "fireflow",
@@ -277,7 +277,8 @@ class PoolSpec(_Model):
     )
     database: DatabaseSpec = Field(description="The executions database.")
     dbos: DbosSpec = Field(
-        default_factory=lambda: DbosSpec.model_validate({}), description="DBOS settings (the seed's env table)."
+        default_factory=lambda: DbosSpec.model_validate({}),
+        description="DBOS settings (the TypeScript FireFlow execution worker's env table).",
     )
     queues: list[str] = Field(
         default_factory=lambda: list(QUEUES),

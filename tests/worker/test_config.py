@@ -23,7 +23,7 @@ def _error(env: dict[str, str]) -> str:
     return message
 
 
-def test_should_apply_the_seed_defaults_when_only_the_url_is_set() -> None:
+def test_should_apply_the_typescript_worker_defaults_when_only_the_url_is_set() -> None:
     config = load_config({"DATABASE_URL_EXECUTIONS": URL})
     assert config.worker_concurrency == 50
     assert config.background_concurrency == 25

@@ -1,4 +1,4 @@
-"""Worker configuration, read from the environment with the seed README's names and defaults.
+"""Worker configuration, read from the environment with the names and defaults of the TypeScript worker's README.
 
 Every variable is validated at start; a bad value is one line naming the variable, what is wrong with the
 value and the accepted range, and the process exits with status 2. The database URL's password never
@@ -56,7 +56,7 @@ def _auto_is_unset(value: Any) -> Any:
 
 
 def _upper_log_level(value: Any) -> Any:
-    # DBOS rejects lower-case levels; the seed's default is "info".
+    # DBOS rejects lower-case levels; the TypeScript FireFlow execution worker's default is "info".
     return value.strip().upper() if isinstance(value, str) else value
 
 
@@ -221,7 +221,7 @@ class WorkerConfig(BaseModel):
 
     @property
     def global_concurrency(self) -> int | None:
-        # DBOS raises on 0; the seed's 0 means "no cap".
+        # DBOS raises on 0; the TypeScript FireFlow execution worker's 0 means "no cap".
         return self.queue_concurrency or None
 
 

@@ -1,7 +1,7 @@
 """Stored flows (`fireflow.flows`) and the worker's provision cache.
 
 A run may name a stored flow instead of carrying it. The worker resolves the name through a per-process
-TTL cache (the seed's FIREFLOW_PROVISION_CACHE_TTL_MS): a run inside the window makes no database call
+TTL cache (the TypeScript worker's FIREFLOW_PROVISION_CACHE_TTL_MS): a run inside the window makes no database call
 before its flow starts; a changed flow reaches new runs once the cached entry expires. 0 turns it off.
 """
 

@@ -1,4 +1,4 @@
-"""The queues a FireFlow worker serves, named as in the seed README."""
+"""The queues a FireFlow worker serves, named as in the TypeScript FireFlow execution worker's README."""
 
 from __future__ import annotations
 

@@ -53,7 +53,7 @@ class StartupError(Exception):
 
 
 def dbos_config(config: WorkerConfig) -> DBOSConfig:
-    """The DBOS configuration equivalent to the seed's environment table."""
+    """The DBOS configuration equivalent to the TypeScript FireFlow execution worker's environment table."""
     return {
         "name": config.application_name,
         "system_database_url": config.system_database_url,
