@@ -88,39 +88,75 @@ VERSION_SUFFIX_RULE = {
 
 STATUS_SCHEMA: dict[str, Any] = {
     "type": "object",
+    "description": "What the operator observed and did; written by the operator only.",
     "x-kubernetes-preserve-unknown-fields": True,
     "properties": {
-        "phase": {"type": "string"},
-        "phaseReason": {"type": "string"},
-        "observedGeneration": {"type": "integer"},
-        "replicas": {"type": "integer"},
-        "readyReplicas": {"type": "integer"},
-        "desiredReplicas": {"type": "integer"},
-        "selector": {"type": "string"},
-        "schemaVersion": {"type": "integer"},
-        "requiredSchemaVersion": {"type": "integer"},
-        "currentImage": {"type": "string"},
-        "targetImage": {"type": "string"},
-        "recoveredRuns": {"type": "integer"},
+        "phase": {"type": "string", "description": "Pending, Migrating, Running or Degraded."},
+        "phaseReason": {
+            "type": "string",
+            "description": "Why the pool is in its phase: one of the condition reasons (README, Troubleshooting).",
+        },
+        "observedGeneration": {"type": "integer", "description": "The metadata.generation this status is about."},
+        "replicas": {"type": "integer", "description": "Worker pods of the current version (the /scale status)."},
+        "readyReplicas": {"type": "integer", "description": "Worker pods of the current version that are Ready."},
+        "desiredReplicas": {
+            "type": "integer",
+            "description": "Workers the operator runs: spec.replicas, or fewer when the connection budget or a "
+            "migration holds the pool.",
+        },
+        "selector": {"type": "string", "description": "Label selector of the pool's worker pods (for /scale)."},
+        "schemaVersion": {"type": "integer", "description": "The DBOS schema version of the pool's database."},
+        "requiredSchemaVersion": {"type": "integer", "description": "The DBOS schema version the target image needs."},
+        "currentImage": {"type": "string", "description": "The worker image the current version runs."},
+        "targetImage": {"type": "string", "description": "The image being rolled out (spec.image, once let through)."},
+        "recoveredRuns": {
+            "type": "integer",
+            "description": "PENDING runs of departed workers handed back to their queue, in total.",
+        },
         "conditions": {
             "type": "array",
+            "description": "Ready, Progressing, SchemaReady, ConnectionBudget and Degraded.",
             "x-kubernetes-list-type": "map",
             "x-kubernetes-list-map-keys": ["type"],
             "items": {
                 "type": "object",
                 "required": ["type", "status"],
                 "properties": {
-                    "type": {"type": "string"},
-                    "status": {"type": "string", "enum": ["True", "False", "Unknown"]},
-                    "reason": {"type": "string"},
-                    "message": {"type": "string"},
-                    "lastTransitionTime": {"type": "string", "format": "date-time"},
-                    "observedGeneration": {"type": "integer"},
+                    "type": {"type": "string", "description": "The condition's name."},
+                    "status": {"type": "string", "enum": ["True", "False", "Unknown"], "description": "Its state."},
+                    "reason": {"type": "string", "description": "Why, in one CamelCase word."},
+                    "message": {"type": "string", "description": "Why, in a sentence naming what to do."},
+                    "lastTransitionTime": {
+                        "type": "string",
+                        "format": "date-time",
+                        "description": "When its status or reason last changed.",
+                    },
+                    "observedGeneration": {"type": "integer", "description": "The generation it was computed for."},
                 },
             },
         },
     },
 }
+
+
+# `kubectl get fireflow`: DESIRED is what was asked for, READY what runs; PHASE and REASON say why they differ.
+PRINTER_COLUMNS: list[dict[str, Any]] = [
+    {"name": "Desired", "type": "integer", "jsonPath": ".spec.replicas",
+     "description": "Workers asked for (spec.replicas)"},
+    {"name": "Ready", "type": "integer", "jsonPath": ".status.readyReplicas",
+     "description": "Workers Ready"},
+    {"name": "Version", "type": "string", "jsonPath": ".status.currentApplicationVersion",
+     "description": "The DBOS application version the workers run"},
+    {"name": "Schema", "type": "integer", "jsonPath": ".status.schemaVersion",
+     "description": "The database's DBOS schema version"},
+    {"name": "Phase", "type": "string", "jsonPath": ".status.phase"},
+    {"name": "Reason", "type": "string", "jsonPath": ".status.phaseReason",
+     "description": "Why the pool is in its phase"},
+    {"name": "Age", "type": "date", "jsonPath": ".metadata.creationTimestamp"},
+    {"name": "Image", "type": "string", "jsonPath": ".status.currentImage", "priority": 1},
+    {"name": "Message", "type": "string", "priority": 1,
+     "jsonPath": ".status.conditions[?(@.type==\"Ready\")].message"},
+]  # fmt: skip
 
 
 def build_crd() -> dict[str, Any]:
@@ -139,7 +175,8 @@ def build_crd() -> dict[str, Any]:
                 "listKind": f"{KIND}List",
                 "plural": PLURAL,
                 "singular": KIND.lower(),
-                "shortNames": [SHORT_NAME],
+                "shortNames": [SHORT_NAME, "ffpool"],
+                "categories": ["fireflow"],  # `kubectl get fireflow`
             },
             "versions": [
                 {
@@ -169,13 +206,7 @@ def build_crd() -> dict[str, Any]:
                             "labelSelectorPath": ".status.selector",
                         },
                     },
-                    "additionalPrinterColumns": [
-                        {"name": "Desired", "type": "integer", "jsonPath": ".status.desiredReplicas"},
-                        {"name": "Ready", "type": "integer", "jsonPath": ".status.readyReplicas"},
-                        {"name": "Schema", "type": "integer", "jsonPath": ".status.schemaVersion"},
-                        {"name": "Phase", "type": "string", "jsonPath": ".status.phase"},
-                        {"name": "Age", "type": "date", "jsonPath": ".metadata.creationTimestamp"},
-                    ],
+                    "additionalPrinterColumns": PRINTER_COLUMNS,
                 }
             ],
         },

@@ -12,6 +12,8 @@ import contextlib
 import hashlib
 import json
 import logging
+import os
+import socket
 import time
 from collections.abc import Mapping
 from typing import Any
@@ -72,6 +74,9 @@ def configure(settings: kopf.OperatorSettings, **_: Any) -> None:
     settings.persistence.progress_storage = kopf.AnnotationsProgressStorage(prefix="fireflow.persistent.ai")
     settings.persistence.diffbase_storage = DigestDiffBaseStorage(prefix="fireflow.persistent.ai")
     settings.posting.level = logging.INFO
+    # Events say who wrote them: the operator (and which replica), not the framework inside it.
+    settings.posting.reporting_component = names.MANAGER
+    settings.posting.reporting_instance = os.environ.get("POD_NAME") or socket.gethostname()
     # Watching only some namespaces: no cluster-wide namespace/CRD scans, so no ClusterRole is needed.
     settings.scanning.disabled = bool(STATE.settings.namespaces)
     logging.getLogger("aiohttp.access").setLevel(logging.WARNING)  # one line per liveness probe otherwise

@@ -70,12 +70,20 @@ class StatusDraft:
         self.new["phase"], self.new["phaseReason"] = conditions.DEGRADED, reason
 
     def transition_events(self) -> None:
-        """An event for every condition whose status or reason changed."""
+        """One event per transition: the conditions whose status or reason changed, those changed by one cause
+        (one reason: Degraded=True and Ready=False for OverBudget) in one event."""
         old_conditions = list(self.old.get("conditions") or [])
+        by_reason: dict[str, list[dict[str, Any]]] = {}
         for changed in conditions.transitions(old_conditions, list(self.new.get("conditions") or [])):
-            good = changed["type"] == conditions.PROGRESSING or (
-                (changed["status"] == "True") != (changed["type"] == conditions.DEGRADED_CONDITION)
+            by_reason.setdefault(str(changed["reason"]), []).append(changed)
+        for reason, changes in by_reason.items():
+            good = all(
+                c["type"] == conditions.PROGRESSING
+                or ((c["status"] == "True") != (c["type"] == conditions.DEGRADED_CONDITION))
+                for c in changes
             )
-            message = f"{changed['type']}={changed['status']}: {changed['message']}"
-            self.outcome.events.append(("Normal" if good else "Warning", changed["reason"], message))
+            # Ready's message counts replicas; another condition's says more about the cause.
+            said = next((c for c in changes if c["type"] != conditions.READY), changes[0])
+            states = ", ".join(f"{c['type']}={c['status']}" for c in changes)
+            self.outcome.events.append(("Normal" if good else "Warning", reason, f"{states}: {said['message']}"))
         self.outcome.phase = str(self.new.get("phase", conditions.PENDING))
