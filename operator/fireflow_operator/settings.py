@@ -83,9 +83,9 @@ class OperatorSettings(BaseModel):
     lease_name: str = Field("fireflow-operator", min_length=1, alias="FIREFLOW_OPERATOR_LEASE_NAME")
     # A leader that could not renew for renew_deadline stops leading; the others wait lease_duration from the
     # last renewal they saw, so at most one leads. Failover takes about lease_duration + retry_period.
-    lease_duration_seconds: float = Field(10, ge=2, le=300, alias="FIREFLOW_OPERATOR_LEASE_DURATION_SECONDS")
-    renew_deadline_seconds: float = Field(7, ge=1, le=300, alias="FIREFLOW_OPERATOR_RENEW_DEADLINE_SECONDS")
-    retry_period_seconds: float = Field(2, ge=1, le=60, alias="FIREFLOW_OPERATOR_RETRY_PERIOD_SECONDS")
+    lease_duration_seconds: int = Field(10, ge=2, le=300, alias="FIREFLOW_OPERATOR_LEASE_DURATION_SECONDS")
+    renew_deadline_seconds: int = Field(7, ge=1, le=300, alias="FIREFLOW_OPERATOR_RENEW_DEADLINE_SECONDS")
+    retry_period_seconds: int = Field(2, ge=1, le=60, alias="FIREFLOW_OPERATOR_RETRY_PERIOD_SECONDS")
 
     @model_validator(mode="after")
     def _renewal_inside_the_lease(self) -> OperatorSettings:

@@ -32,6 +32,10 @@ def _replica(operator: OperatorProcess, namespace: str, name: str) -> OperatorPr
         POD_NAME=name,
         FIREFLOW_OPERATOR_LEADER_ELECTION_NAMESPACE=namespace,
         FIREFLOW_OPERATOR_NAMESPACES=namespace,
+        # As the chart passes them (strings from its values): the election library wants whole seconds.
+        FIREFLOW_OPERATOR_LEASE_DURATION_SECONDS="10",
+        FIREFLOW_OPERATOR_RENEW_DEADLINE_SECONDS="7",
+        FIREFLOW_OPERATOR_RETRY_PERIOD_SECONDS="2",
     ).start()
 
 
