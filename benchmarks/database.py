@@ -84,7 +84,7 @@ class Databases:
         self._made.clear()
 
     def admin(self) -> psycopg.Connection[Any]:
-        """A session in the `postgres` database: what it runs is not counted against a measured database."""
+        """A connection to the `postgres` database: what it runs is not counted against a measured database."""
         return psycopg.connect(self.server.url(), autocommit=True)
 
 
@@ -121,7 +121,7 @@ class Counters:
 
 class RunWatcher:
     """Reads `dbos.workflow_status` of a measured database. Its statements are kept out of
-    `pg_stat_statements` (`pg_stat_statements.track = none` for this session) and counted in `queries`, so
+    `pg_stat_statements` (`pg_stat_statements.track = none` for this connection) and counted in `queries`, so
     that each of them (one autocommit transaction each) can be subtracted from the database's commits."""
 
     def __init__(self, database_url: str) -> None:

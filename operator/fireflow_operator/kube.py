@@ -187,8 +187,9 @@ class Kube:
 
     def pool_statefulsets(self, namespace: str, pool_name: str) -> list[Any]:
         """Every StatefulSet of the pool, one per application version (the pool's own children only)."""
-        selector = f"{names.LABEL_MANAGED_BY}={names.MANAGER},{names.LABEL_POOL}={pool_name}"
-        listed = self.apps.list_namespaced_stateful_set(namespace, label_selector=selector).items
+        listed = self.apps.list_namespaced_stateful_set(
+            namespace, label_selector=names.children_selector(pool_name)
+        ).items
         return [sts for sts in listed if sts.metadata is not None]
 
     def scale_to_zero(self, namespace: str, name: str) -> None:

@@ -41,6 +41,11 @@ def selector_labels(pool_name: str) -> dict[str, str]:
     return {LABEL_NAME: WORKER_APP, LABEL_INSTANCE: pool_name}
 
 
+def children_selector(pool_name: str) -> str:
+    """The label selector of every object the operator made for the pool (StatefulSets, Jobs, ...)."""
+    return f"{LABEL_POOL}={pool_name},{LABEL_MANAGED_BY}={MANAGER}"
+
+
 def common_labels(pool_name: str, component: str) -> dict[str, str]:
     app = WORKER_APP if component == WORKER_COMPONENT else MIGRATION_APP
     return {

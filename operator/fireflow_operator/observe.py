@@ -36,8 +36,9 @@ def as_migration_job(job: Any) -> MigrationJob:
 
 def pool_jobs(kube: Kube, namespace: str, pool_name: str) -> dict[str, Any]:
     """The pool's migration Jobs by name."""
-    selector = f"{names.LABEL_POOL}={pool_name},{names.LABEL_MANAGED_BY}={names.MANAGER}"
-    listed: list[Any] = kube.batch.list_namespaced_job(namespace, label_selector=selector).items
+    listed: list[Any] = kube.batch.list_namespaced_job(
+        namespace, label_selector=names.children_selector(pool_name)
+    ).items
     return {
         str(job.metadata.name): job
         for job in listed

@@ -25,6 +25,8 @@ from tests.kube.cluster import Cluster
 
 OPERATOR_BIN = str(Path(sys.executable).with_name("fireflow-operator"))
 WAIT = 180.0
+# spec.dbos for pools whose workers should claim fast and drain quickly.
+QUICK_DBOS: dict[str, Any] = {"pollingIntervalMs": 50, "shutdownDrainTimeoutMs": 3000, "systemDatabasePoolSize": 5}
 
 
 class OperatorProcess:
@@ -109,6 +111,15 @@ def pool_body(name: str, **spec: Any) -> dict[str, Any]:
 def get_pool(api: ApiClient, namespace: str, name: str) -> dict[str, Any]:
     pool: Any = CustomObjectsApi(api).get_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, name)
     return dict(pool)
+
+
+def pool_gone(api: ApiClient, namespace: str, name: str = "pool") -> bool:
+    """Whether the pool no longer exists (its finalizer let it go)."""
+    try:
+        CustomObjectsApi(api).get_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, name)
+    except ApiException as err:
+        return bool(err.status == 404)
+    return False
 
 
 def wait_until(what: str, predicate: Callable[[], Any], timeout: float = WAIT) -> Any:

@@ -4,8 +4,6 @@ after it succeeded changes nothing. Against the real control plane and PostgreSQ
 
 from __future__ import annotations
 
-from typing import Any
-
 import psycopg
 import pytest
 from fireflow_operator import finalizer, names
@@ -14,9 +12,9 @@ from fireflow_operator.model import GROUP, PLURAL, VERSION
 from fireflow_operator.settings import load_settings
 from fireflow_worker.client import FireflowClient
 from kubernetes.client import ApiClient, CoreV1Api, CustomObjectsApi
-from kubernetes.client.exceptions import ApiException
 
 from tests.operator.conftest import (
+    QUICK_DBOS,
     OperatorProcess,
     condition,
     create_pool,
@@ -24,37 +22,25 @@ from tests.operator.conftest import (
     get_pool,
     list_events,
     patch_pool,
+    pool_gone,
     wait_for_condition,
     wait_for_pool,
     wait_until,
 )
-from tests.operator.upgrade_traffic import statuses
+from tests.operator.upgrade_traffic import run_rows, statuses
 
-QUICK: dict[str, Any] = {"pollingIntervalMs": 50, "shutdownDrainTimeoutMs": 3000, "systemDatabasePoolSize": 5}
 LONG = {"name": "long", "nodes": {"nap": {"type": "sleep", "params": {"seconds": 300}}}}
 
 
-def _gone(api: ApiClient, namespace: str, name: str = "pool") -> bool:
-    try:
-        CustomObjectsApi(api).get_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, name)
-    except ApiException as err:
-        return bool(err.status == 404)
-    return False
-
-
-def _executors(url: str, runs: list[str]) -> dict[str, str | None]:
-    with psycopg.connect(url) as conn:
-        rows = conn.execute(
-            "SELECT workflow_uuid, executor_id FROM dbos.workflow_status WHERE workflow_uuid = ANY(%s)", (runs,)
-        ).fetchall()
-    return {str(run): executor for run, executor in rows}
+def _executors(url: str, runs: list[str]) -> dict[str, str]:
+    return {run: executor for run, (_, _, executor) in run_rows(url, runs).items()}
 
 
 def _pool_mid_rollout(api: ApiClient, namespace: str, url: str) -> tuple[list[str], str]:
     """A pool with PENDING runs on version 1 and on version 2 (`pool` and `pool-v2` both live), and a run
     claimed by a pod of another pool, `pool-b`, whose name starts with this pool's."""
     create_secret(api, namespace, url)
-    create_pool(api, namespace, "pool", replicas=1, dbos={**QUICK, "applicationVersion": "1"})
+    create_pool(api, namespace, "pool", replicas=1, dbos={**QUICK_DBOS, "applicationVersion": "1"})
     wait_for_condition(api, namespace, "pool", "Ready")
     with FireflowClient(url) as client:
         old = [client.enqueue(LONG) for _ in range(3)]
@@ -92,7 +78,7 @@ def test_should_hand_back_every_versions_runs_when_a_pool_is_deleted_mid_rollout
         current.kill()
         current = OperatorProcess(operator.cluster).start()
     try:
-        wait_until("the pool gone", lambda: _gone(kube_api, kube_namespace), timeout=120)
+        wait_until("the pool gone", lambda: pool_gone(kube_api, kube_namespace), timeout=120)
     finally:
         if current is not operator:
             current.stop()
@@ -110,7 +96,7 @@ def test_should_change_nothing_when_the_finalizer_is_called_again_after_it_succe
     kube_api: ApiClient, kube_namespace: str, operator: OperatorProcess, pool_database: str
 ) -> None:
     create_secret(kube_api, kube_namespace, pool_database)
-    create_pool(kube_api, kube_namespace, "pool", replicas=1, dbos=QUICK)
+    create_pool(kube_api, kube_namespace, "pool", replicas=1, dbos=QUICK_DBOS)
     wait_for_condition(kube_api, kube_namespace, "pool", "Ready")
     with FireflowClient(pool_database) as client:
         runs = [client.enqueue(LONG) for _ in range(2)]
@@ -137,4 +123,4 @@ def test_should_change_nothing_when_the_finalizer_is_called_again_after_it_succe
     CustomObjectsApi(kube_api).patch_namespaced_custom_object(
         GROUP, VERSION, kube_namespace, PLURAL, "pool", {"metadata": {"finalizers": None}}
     )
-    wait_until("the pool gone", lambda: _gone(kube_api, kube_namespace))
+    wait_until("the pool gone", lambda: pool_gone(kube_api, kube_namespace))

@@ -32,6 +32,7 @@ from tests.operator.conftest import (
     get_pool,
     list_events,
     patch_pool,
+    pool_gone,
     rolled_out,
     set_schema_behind,
     wait_for_condition,
@@ -282,21 +283,13 @@ def _statuses(url: str, runs: list[str]) -> dict[str, tuple[str, str | None]]:
     return {str(r[0]): (str(r[1]), r[2]) for r in rows}
 
 
-def _gone(api: ApiClient, namespace: str) -> bool:
-    try:
-        CustomObjectsApi(api).get_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, "pool")
-    except ApiException as err:
-        return bool(err.status == 404)
-    return False
-
-
 def test_should_hand_back_the_runs_when_the_pool_and_its_secret_go_together(
     kube_api: ApiClient, kube_namespace: str, operator: OperatorProcess, pool_database: str
 ) -> None:
     runs = _busy_pool(kube_api, kube_namespace, pool_database)
     CoreV1Api(kube_api).delete_namespaced_secret("fireflow-db", kube_namespace)
     CustomObjectsApi(kube_api).delete_namespaced_custom_object(GROUP, VERSION, kube_namespace, PLURAL, "pool")
-    wait_until("the pool gone", lambda: _gone(kube_api, kube_namespace))
+    wait_until("the pool gone", lambda: pool_gone(kube_api, kube_namespace))
     statuses = _statuses(pool_database, runs)
     assert {s for s, _ in statuses.values()} == {"ENQUEUED"}, statuses  # back on the queue for any worker
     assert not CoreV1Api(kube_api).list_namespaced_secret(kube_namespace).items  # the copy went with the pool
@@ -352,5 +345,5 @@ def test_should_say_what_to_do_when_the_runs_cannot_be_reached(
     )
     assert {s for s, _ in _statuses(pool_database, runs).values()} == {"PENDING"}  # nothing lost meanwhile
     create_secret(kube_api, kube_namespace, pool_database)
-    wait_until("the pool gone", lambda: _gone(kube_api, kube_namespace), timeout=120)
+    wait_until("the pool gone", lambda: pool_gone(kube_api, kube_namespace), timeout=120)
     assert {s for s, _ in _statuses(pool_database, runs).values()} == {"ENQUEUED"}

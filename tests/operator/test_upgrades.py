@@ -18,6 +18,7 @@ from fireflow_worker.client import FireflowClient
 from kubernetes.client import ApiClient, AppsV1Api
 
 from tests.operator.conftest import (
+    QUICK_DBOS,
     OperatorProcess,
     condition,
     create_pool,
@@ -33,8 +34,6 @@ from tests.operator.conftest import (
 )
 from tests.operator.recorder import Recorder, fewest_alive, violations, worker_pods
 from tests.operator.upgrade_traffic import Traffic, run_rows, statuses, versions
-
-QUICK: dict[str, Any] = {"pollingIntervalMs": 50, "shutdownDrainTimeoutMs": 3000, "systemDatabasePoolSize": 5}
 
 
 def _sleepy(seconds: int) -> dict[str, Any]:
@@ -55,7 +54,7 @@ def test_should_migrate_a_busy_pool_without_losing_a_run(
 ) -> None:
     create_secret(kube_api, kube_namespace, pool_database)
     recorder = Recorder(kube_api, kube_namespace)  # from the start: every pod's plan is on record
-    create_pool(kube_api, kube_namespace, "pool", replicas=2, dbos=QUICK,
+    create_pool(kube_api, kube_namespace, "pool", replicas=2, dbos=QUICK_DBOS,
                 migration={"strategy": strategy, "lockTimeoutMs": 2000, "retries": 10})  # fmt: skip
     wait_for_condition(kube_api, kube_namespace, "pool", "Ready")
     traffic = Traffic(pool_database)
@@ -86,7 +85,7 @@ def test_should_keep_old_runs_on_their_version_and_retire_it_when_none_is_left(
     kube_api: ApiClient, kube_namespace: str, operator: OperatorProcess, pool_database: str
 ) -> None:
     create_secret(kube_api, kube_namespace, pool_database)
-    create_pool(kube_api, kube_namespace, "pool", replicas=2, dbos={**QUICK, "applicationVersion": "1"})
+    create_pool(kube_api, kube_namespace, "pool", replicas=2, dbos={**QUICK_DBOS, "applicationVersion": "1"})
     wait_for_condition(kube_api, kube_namespace, "pool", "Ready")
     with FireflowClient(pool_database) as client:
         old = [client.enqueue(_sleepy(25)) for _ in range(3)]
@@ -117,7 +116,7 @@ def test_should_keep_old_runs_on_their_version_and_retire_it_when_none_is_left(
 def _version_one_with_long_runs(api: ApiClient, namespace: str, url: str, retire_after: int) -> list[str]:
     """A pool of one at application version 1 holding two long runs, with retireAfterSeconds set."""
     create_secret(api, namespace, url)
-    create_pool(api, namespace, "pool", replicas=1, dbos={**QUICK, "applicationVersion": "1"},
+    create_pool(api, namespace, "pool", replicas=1, dbos={**QUICK_DBOS, "applicationVersion": "1"},
                 rollout={"retireAfterSeconds": retire_after})  # fmt: skip
     wait_for_condition(api, namespace, "pool", "Ready")
     with FireflowClient(url) as client:
@@ -145,7 +144,7 @@ def test_should_serve_new_runs_after_a_rollback_to_an_earlier_application_versio
     kube_api: ApiClient, kube_namespace: str, operator: OperatorProcess, pool_database: str
 ) -> None:
     create_secret(kube_api, kube_namespace, pool_database)
-    create_pool(kube_api, kube_namespace, "pool", replicas=1, dbos={**QUICK, "applicationVersion": "1"})
+    create_pool(kube_api, kube_namespace, "pool", replicas=1, dbos={**QUICK_DBOS, "applicationVersion": "1"})
     wait_for_condition(kube_api, kube_namespace, "pool", "Ready")
     for version in ("2", "1"):
         patch_pool(kube_api, kube_namespace, "pool", {"dbos": {"applicationVersion": version}})
@@ -166,7 +165,7 @@ def test_should_roll_back_a_rollout_stuck_past_its_deadline(
     kube_api: ApiClient, kube_namespace: str, operator: OperatorProcess, pool_database: str
 ) -> None:
     create_secret(kube_api, kube_namespace, pool_database)
-    create_pool(kube_api, kube_namespace, "pool", replicas=2, dbos=QUICK,
+    create_pool(kube_api, kube_namespace, "pool", replicas=2, dbos=QUICK_DBOS,
                 rollout={"progressDeadlineSeconds": 15, "autoRollback": True})  # fmt: skip
     wait_for_condition(kube_api, kube_namespace, "pool", "Ready")
     patch_pool(kube_api, kube_namespace, "pool", {"image": "fireflow-worker-crashing:2"})
