@@ -30,13 +30,18 @@ class Waiting:
     retry_seconds: float = 2.0
 
 
+def _abandon_hint(namespace: str, pool_name: str) -> str:
+    return (
+        f"or abandon the runs with: kubectl -n {namespace} patch fireflowworkerpool {pool_name} --type=json "
+        f'-p=\'[{{"op":"remove","path":"/metadata/finalizers"}}]\''
+    )
+
+
 def _secret_gone_message(namespace: str, pool_name: str, secret: str) -> str:
     return (
         f"cannot hand back the PENDING runs of pool {pool_name!r}: Secret {secret!r} and the operator's copy "
         f"{names.connection_secret_name(pool_name)!r} are both gone. Recreate Secret {secret!r} in namespace "
-        f"{namespace} with the database URL to let the finalizer finish, or abandon the runs with: kubectl -n "
-        f"{namespace} patch fireflowworkerpool {pool_name} --type=json "
-        f'-p=\'[{{"op":"remove","path":"/metadata/finalizers"}}]\''
+        f"{namespace} with the database URL to let the finalizer finish, {_abandon_hint(namespace, pool_name)}"
     )
 
 
@@ -74,7 +79,13 @@ def finalize(kube: Kube, settings: OperatorSettings, body: dict[str, Any]) -> Wa
         executors = recovery.pool_pending_executors(source.url, namespace, name, timeout_seconds=timeout)
         recovery.resume_runs_of(source.url, spec.dbos.application_name, executors, timeout_seconds=timeout)
     except (DatabaseUnreachableError, DatabaseQueryError) as err:
-        message = f"cannot reach the database to recover runs: {redact(str(err), source.url)}"
+        if not ever_ran:
+            connection.release_copy(kube, namespace, name)
+            return None  # no worker of this pool ever started, so none can own a run
+        message = (
+            f"cannot reach the database to hand back the PENDING runs: {redact(str(err), source.url)}; the pool "
+            f"goes once it is reachable, {_abandon_hint(namespace, name)}"
+        )
         return Waiting(message, retry_seconds=settings.resync_seconds)
     # Recorded before the copy goes: a later call must not mistake the missing copy for a lost database URL.
     kube.annotate_pool(namespace, name, {names.ANNOTATION_RUNS_HANDED_BACK: str(len(executors))})

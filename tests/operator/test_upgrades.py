@@ -183,7 +183,9 @@ def test_should_roll_back_a_rollout_stuck_past_its_deadline(
     assert sts.spec.template.spec.containers[0].image == "fireflow-worker:1"
     time.sleep(10)  # the stuck target is not tried again while the spec names it
     assert get_pool(kube_api, kube_namespace, "pool")["status"]["currentImage"] == "fireflow-worker:1"
-    patch_pool(kube_api, kube_namespace, "pool", {"image": "fireflow-worker:3"})
+    # The fix comes with a deadline a loaded machine's pod starts keep (15 s judged the crashing image in time).
+    fixed = {"image": "fireflow-worker:3", "rollout": {"progressDeadlineSeconds": 300}}
+    patch_pool(kube_api, kube_namespace, "pool", fixed)
     wait_for_pool(kube_api, kube_namespace, "pool", "a fixed image", rolled_out("fireflow-worker:3"))
 
 

@@ -19,8 +19,10 @@ from tests.operator.conftest import (
     condition,
     create_secret,
     pool_body,
+    pool_gone,
     wait_for_condition,
     wait_for_pool,
+    wait_until,
 )
 
 
@@ -99,7 +101,7 @@ def test_should_refuse_to_change_the_application_name(kube_api: ApiClient, kube_
     assert "applicationName is immutable" in json.loads(str(caught.value.body))["message"]
 
 
-def test_should_report_a_missing_secret_in_a_condition_and_keep_running(
+def test_should_report_a_missing_secret_in_a_condition_keep_running_and_let_the_pool_go(
     kube_api: ApiClient, kube_namespace: str, operator: OperatorProcess
 ) -> None:
     _create(kube_api, kube_namespace, pool_body("pool", replicas=1))
@@ -125,6 +127,9 @@ def test_should_report_a_missing_secret_in_a_condition_and_keep_running(
     assert condition(pool, "ConnectionBudget")["status"] == "Unknown"
     assert "pw@" not in json.dumps(pool["status"])
     assert operator.process is not None and operator.process.poll() is None
+    # No worker of it ever started, so no run can be its to hand back: the unreachable database does not hold it.
+    CustomObjectsApi(kube_api).delete_namespaced_custom_object(GROUP, VERSION, kube_namespace, PLURAL, "pool")
+    wait_until("the pool gone", lambda: pool_gone(kube_api, kube_namespace), timeout=60)
 
 
 def test_should_exit_2_with_one_line_when_an_operator_setting_is_bad() -> None:
