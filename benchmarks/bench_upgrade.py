@@ -15,7 +15,6 @@ import time
 import uuid
 
 from fireflow_worker.local_postgres import LocalPostgres
-
 from tests.kube.cluster import LocalCluster
 from tests.kube.plugin import fresh_namespace
 from tests.operator.conftest import (

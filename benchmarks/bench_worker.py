@@ -34,12 +34,11 @@ from collections.abc import Callable
 from functools import partial
 from pathlib import Path
 
-from fireflow_worker import queues as ff_queues
-from fireflow_worker.local_postgres import LocalPostgres
-
 from benchmarks import measure, report
 from benchmarks.database import Databases
 from benchmarks.workload import QUEUE, TS_DIR, WORKER_CONCURRENCY, Kind
+from fireflow_contract import queues as ff_queues
+from fireflow_worker.local_postgres import LocalPostgres
 
 DEBIAN_POSTGRES = Path("/usr/lib/postgresql")
 

@@ -10,11 +10,11 @@ from dataclasses import dataclass
 from typing import Any
 
 import psycopg
-from fireflow_worker.local_postgres import LocalPostgres
-from fireflow_worker.schema import ENQUEUED_PREFIX, WAKE_CHANNEL
 
 from benchmarks.procs import migrate
 from benchmarks.workload import Kind
+from fireflow_worker.local_postgres import LocalPostgres
+from fireflow_worker.schema import ENQUEUED_PREFIX, WAKE_CHANNEL
 
 TERMINAL = ("SUCCESS", "ERROR", "CANCELLED", "MAX_RECOVERY_ATTEMPTS_EXCEEDED")
 # The run-end announcement every FireFlow deployment has (the TypeScript worker and API install it; so does

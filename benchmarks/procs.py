@@ -15,11 +15,10 @@ import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 
-from fireflow_worker.dburl import redact_url
-from fireflow_worker.local_postgres import free_port
-
 from benchmarks.cpu import tree_pids
 from benchmarks.workload import APPLICATION_NAME, TS_DIR, WORKER_CONCURRENCY, Kind
+from fireflow_contract.dburl import redact_url
+from fireflow_worker.local_postgres import free_port
 
 BIN = Path(sys.executable).parent
 REPO_ROOT = Path(__file__).resolve().parents[1]

@@ -22,7 +22,7 @@ import uuid
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal, Protocol
 
-from fireflow_worker import queues
+from fireflow_contract import queues
 
 if TYPE_CHECKING:
     from dbos import EnqueueOptions

@@ -12,6 +12,7 @@ import uuid
 from collections.abc import Iterator
 
 import pytest
+
 from fireflow_worker.local_postgres import LocalPostgres
 
 pytest_plugins = ["tests.kube.plugin", "tests.otlp"]

@@ -16,8 +16,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from fireflow_worker.local_postgres import free_port
 
+from fireflow_worker.local_postgres import free_port
 from tests.kube.tools import otelcol_path
 
 CONFIG = """

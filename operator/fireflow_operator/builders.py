@@ -7,6 +7,7 @@ from typing import Any
 
 from pydantic import BaseModel
 
+from fireflow_contract import executor_ids, worker_variables
 from fireflow_operator import names
 from fireflow_operator.model import DEFAULT_MIGRATION_RESOURCES, DEFAULT_WORKER_RESOURCES, PoolSpec, worker_processes
 
@@ -73,37 +74,46 @@ class Pool:
 
 def _database_url_env(spec: PoolSpec) -> dict[str, Any]:
     ref = spec.database.secret_ref
-    return {"name": "DATABASE_URL_EXECUTIONS", "valueFrom": {"secretKeyRef": {"name": ref.name, "key": ref.key}}}
+    return {"name": worker_variables.DATABASE_URL, "valueFrom": {"secretKeyRef": {"name": ref.name, "key": ref.key}}}
+
+
+# Kubernetes expands the $(...) references from the two variables above.
+_POD_EXECUTOR_ID = executor_ids.executor_id(f"$({worker_variables.POD_NAMESPACE})", f"$({worker_variables.POD_NAME})")
 
 
 def worker_env(pool: Pool, application_version: str) -> list[dict[str, Any]]:
     """The worker container's environment: the TS worker's variables from the spec, the id from the pod's name."""
     spec, dbos = pool.spec, pool.spec.dbos
     plain = {
-        "DBOS_RUN_MIGRATIONS": "false",  # the operator's migration Job migrates; workers only verify
-        "DBOS_APPLICATION_NAME": dbos.application_name,
-        "FIREFLOW_APPLICATION_VERSION": application_version,
-        "DBOS_WORKER_CONCURRENCY": str(dbos.worker_concurrency),
-        "DBOS_QUEUE_CONCURRENCY": str(dbos.queue_concurrency),
-        "DBOS_QUEUE_POLLING_INTERVAL_MS": str(dbos.polling_interval_ms),
-        "DBOS_SYSTEM_DATABASE_POOL_SIZE": str(dbos.system_database_pool_size),
-        "DBOS_SHUTDOWN_DRAIN_TIMEOUT_MS": str(dbos.shutdown_drain_timeout_ms),
-        "DBOS_LOG_LEVEL": dbos.log_level.value,
-        "FIREFLOW_PROVISION_CACHE_TTL_MS": str(dbos.provision_cache_ttl_ms),
-        "FIREFLOW_SANDBOX_QUEUE_CONCURRENCY": str(dbos.sandbox_queue_concurrency),
-        "FIREFLOW_TERMINAL_QUEUE_CONCURRENCY": str(dbos.terminal_queue_concurrency),
-        "FIREFLOW_QUEUES": ",".join(spec.queues),
-        "FIREFLOW_HEALTH_PORT": str(names.HEALTH_PORT),
+        worker_variables.RUN_MIGRATIONS: "false",  # the operator's migration Job migrates; workers only verify
+        worker_variables.APPLICATION_NAME: dbos.application_name,
+        worker_variables.APPLICATION_VERSION: application_version,
+        worker_variables.WORKER_CONCURRENCY: str(dbos.worker_concurrency),
+        worker_variables.QUEUE_CONCURRENCY: str(dbos.queue_concurrency),
+        worker_variables.POLLING_INTERVAL_MS: str(dbos.polling_interval_ms),
+        worker_variables.POOL_SIZE: str(dbos.system_database_pool_size),
+        worker_variables.DRAIN_TIMEOUT_MS: str(dbos.shutdown_drain_timeout_ms),
+        worker_variables.LOG_LEVEL: dbos.log_level.value,
+        worker_variables.PROVISION_CACHE_TTL_MS: str(dbos.provision_cache_ttl_ms),
+        worker_variables.SANDBOX_CONCURRENCY: str(dbos.sandbox_queue_concurrency),
+        worker_variables.TERMINAL_CONCURRENCY: str(dbos.terminal_queue_concurrency),
+        worker_variables.QUEUES: ",".join(spec.queues),
+        worker_variables.HEALTH_PORT: str(names.HEALTH_PORT),
         # The operator decides which version is DBOS's latest (versioned rollouts keep older ones serving).
-        "FIREFLOW_VERSION_ROLE": "managed",
+        worker_variables.VERSION_ROLE: worker_variables.VERSION_ROLE_MANAGED,
         # Decided here, not by each pod: the connection budget counts processes x (pool size + 1) per pod.
-        "FIREFLOW_WORKER_PROCESSES": str(worker_processes(spec)),
+        worker_variables.PROCESSES: str(worker_processes(spec)),
     }
     return [
-        {"name": "POD_NAME", "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}},
-        {"name": "POD_NAMESPACE", "valueFrom": {"fieldRef": {"fieldPath": "metadata.namespace"}}},
+        {"name": worker_variables.POD_NAME, "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}},
+        {"name": worker_variables.POD_NAMESPACE, "valueFrom": {"fieldRef": {"fieldPath": "metadata.namespace"}}},
         # <namespace>.<pod>: unique across every pool on the database, stable across the pod's restarts.
-        {"name": "FIREFLOW_WORKER_ID", "value": "$(POD_NAMESPACE).$(POD_NAME)"},
+        {
+            "name": worker_variables.WORKER_ID,
+            "value": executor_ids.executor_id(
+                f"$({worker_variables.POD_NAMESPACE})", f"$({worker_variables.POD_NAME})"
+            ),
+        },
         _database_url_env(spec),
         *({"name": key, "value": value} for key, value in plain.items()),
         *(_k8s(e) for e in spec.env or []),
@@ -324,7 +334,7 @@ def build_migration_job(
                             "args": args,
                             "env": [
                                 _database_url_env(pool.spec),
-                                {"name": "DBOS_APPLICATION_NAME", "value": pool.spec.dbos.application_name},
+                                {"name": worker_variables.APPLICATION_NAME, "value": pool.spec.dbos.application_name},
                                 # libpq names the Job's sessions, so the budget does not count them twice.
                                 {"name": "PGAPPNAME", "value": names.MIGRATION_APPLICATION_NAME},
                             ],

@@ -12,11 +12,10 @@ from collections.abc import Iterable
 
 import psycopg
 
+from fireflow_contract.executor_ids import APPLICATION_NAME_BYTES, WORKER_CONNECTION_PREFIX
 from fireflow_operator.budget import DatabaseFacts, Usage
 from fireflow_operator.dsn import libpq_dsn
-from fireflow_operator.names import MIGRATION_APPLICATION_NAME, OPERATOR_APPLICATION_NAME, WORKER_CONNECTION_PREFIX
-
-APPLICATION_NAME_BYTES = 63  # PostgreSQL keeps NAMEDATALEN - 1 bytes of an application_name
+from fireflow_operator.names import MIGRATION_APPLICATION_NAME, OPERATOR_APPLICATION_NAME
 
 
 class DatabaseUnreachableError(Exception):

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import urllib.parse
 
-from fireflow_worker.dburl import libpq_url, redact_url, secrets_of
+from fireflow_contract.dburl import libpq_url, redact_url, secrets_of
 
 REDACTED = "***"
 

@@ -19,9 +19,9 @@ from collections.abc import Mapping
 from typing import Any
 
 import kopf
-from fireflow_worker import logformat, telemetry
 from kubernetes import client, config
 
+from fireflow_contract import logformat, telemetry
 from fireflow_operator import conditions, metrics, names
 from fireflow_operator.finalizer import finalize, report_waiting
 from fireflow_operator.kube import Kube

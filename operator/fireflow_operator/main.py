@@ -7,8 +7,7 @@ import asyncio
 import logging
 import sys
 
-from fireflow_worker import logformat, telemetry
-
+from fireflow_contract import logformat, telemetry
 from fireflow_operator.leadership import Leadership, StandbyHealth
 from fireflow_operator.settings import OperatorSettings, SettingsError, load_settings
 

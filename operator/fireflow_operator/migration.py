@@ -25,6 +25,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+from fireflow_contract.migration_summary import MigrationSummary
+
 PLANNING = "Planning"
 DRAINING = "Draining"
 APPLYING = "Applying"
@@ -40,18 +42,18 @@ JobMode = Literal["plan", "apply"]
 @dataclass(frozen=True)
 class JobObservation:
     state: JobState
-    summary: dict[str, Any] | None = None  # the JSON line of `fireflow-worker migrate`
+    summary: MigrationSummary | None = None  # the line `fireflow-worker migrate` left as termination message
     message: str = ""
 
     @property
     def error(self) -> str:
-        if self.summary and self.summary.get("error"):
-            return str(self.summary["error"])
+        if self.summary and self.summary.error:
+            return self.summary.error
         return self.message or "the Job failed without a message"
 
     @property
     def ok(self) -> bool:
-        return self.state == "succeeded" and self.summary is not None and self.summary.get("result") == "ok"
+        return self.state == "succeeded" and self.summary is not None and self.summary.ok
 
 
 ABSENT = JobObservation("absent")
@@ -141,16 +143,16 @@ def _planned(m: dict[str, Any], inp: MigrationInput) -> MigrationStep:
     if plan.state == "failed" or not plan.ok:
         return _failed(m, inp, "migration plan", plan.error)
     assert plan.summary is not None
-    required = int(plan.summary.get("required_version") or 0)
-    if not plan.summary.get("migration_needed") or inp.schema_version >= required:
-        version = max(inp.schema_version, int(plan.summary.get("current_version") or 0))
+    required = plan.summary.required_version or 0
+    if not plan.summary.migration_needed or inp.schema_version >= required:
+        version = max(inp.schema_version, plan.summary.current_version or 0)
         return _done(m, f"schema {version} is current: rolling update", "RollingUpdate", version)
     m = {**m, "requiredVersion": required}
     if inp.database_apply_running:
         waiting = f"schema {inp.schema_version} is behind {required}; waiting for {inp.database_apply_running}"
         return MigrationStep({**m, "message": waiting})
-    unsafe = "; ".join(str(u) for u in plan.summary.get("unsafe") or [])
-    if not inp.offline and plan.summary.get("online_safe"):
+    unsafe = "; ".join(str(u) for u in plan.summary.unsafe or [])
+    if not inp.offline and plan.summary.online_safe:
         message = f"schema {inp.schema_version} is behind {required}: applying online, the pool keeps serving"
         online = {**m, "phase": APPLYING, "online": True, "message": message}
         return MigrationStep(online, create_job="apply", events=[("MigrationApplying", message)])
@@ -213,7 +215,7 @@ def next_step(inp: MigrationInput) -> MigrationStep:
         if apply.state == "failed" or not apply.ok:
             return _failed(m, inp, "migration", apply.error)
         assert apply.summary is not None
-        version = apply.summary.get("current_version")
+        version = apply.summary.current_version
         return _done(m, f"migrated to schema {version}", "MigrationSucceeded", version)
     if phase == FAILED:
         if inp.now < float(m.get("retryAt", 0)):

@@ -14,6 +14,8 @@ from typing import Annotated, Any
 
 from pydantic import ConfigDict, Field, model_validator
 
+from fireflow_contract import queues, worker_variables
+from fireflow_contract.executor_ids import MAX_PROCESSES
 from fireflow_operator.k8s_types import (
     DNS_SUBDOMAIN,
     ContainerSecurityContext,
@@ -34,38 +36,10 @@ KIND = "FireflowWorkerPool"
 PLURAL = "fireflowworkerpools"
 SHORT_NAME = "ffwp"
 
-QUEUES = ("fireflow-executions", "fireflow-executions-background", "fireflow-sandbox", "fireflow-terminal")
-# The operator sets these (builders.worker_env), and the worker reads their aliases and the switches that
-# would take it off the pool's database: a pool's extra env may set none of them. A test checks this list
-# against what the builder sets.
-RESERVED_ENV = (
-    "DATABASE_URL_EXECUTIONS",
-    "FIREFLOW_WORKER_ID",
-    "DBOS__VMID",
-    "POD_NAME",
-    "POD_NAMESPACE",
-    "DBOS_RUN_MIGRATIONS",
-    "DBOS_APPLICATION_NAME",
-    "FIREFLOW_APPLICATION_VERSION",
-    "DBOS__APPVERSION",
-    "DBOS_WORKER_CONCURRENCY",
-    "DBOS_QUEUE_CONCURRENCY",
-    "DBOS_QUEUE_POLLING_INTERVAL_MS",
-    "DBOS_SYSTEM_DATABASE_POOL_SIZE",
-    "DBOS_SHUTDOWN_DRAIN_TIMEOUT_MS",
-    "DBOS_LOG_LEVEL",
-    "FIREFLOW_PROVISION_CACHE_TTL_MS",
-    "FIREFLOW_SANDBOX_QUEUE_CONCURRENCY",
-    "FIREFLOW_TERMINAL_QUEUE_CONCURRENCY",
-    "FIREFLOW_QUEUES",
-    "FIREFLOW_HEALTH_HOST",
-    "FIREFLOW_HEALTH_PORT",
-    "FIREFLOW_LOCAL_MODE",
-    "FIREFLOW_LOCAL_SQLITE_PATH",
-    "PGAPPNAME",
-    "FIREFLOW_VERSION_ROLE",
-    "FIREFLOW_WORKER_PROCESSES",
-)
+QUEUES = queues.ALL_QUEUES
+# What a pool's extra env may not set (the contract's worker_variables.RESERVED); a test checks it against what
+# builders.worker_env sets.
+RESERVED_ENV = worker_variables.RESERVED
 
 
 # Resources of pods whose pool sets none (spec.resources, spec.migration.resources), unless the operator's
@@ -375,7 +349,7 @@ def worker_processes(spec: PoolSpec) -> int:
     if spec.dbos.worker_processes is not None:
         return spec.dbos.worker_processes
     limit = (spec.resources.limits or {}).get("cpu") if spec.resources is not None else None
-    return max(1, min(64, math.ceil(cpu_cores(limit)))) if limit is not None else 1
+    return max(1, min(MAX_PROCESSES, math.ceil(cpu_cores(limit)))) if limit is not None else 1
 
 
 def parse_spec(spec: dict[str, Any]) -> PoolSpec:

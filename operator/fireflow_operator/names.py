@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import re
 
 LABEL_NAME = "app.kubernetes.io/name"
 LABEL_INSTANCE = "app.kubernetes.io/instance"
@@ -30,7 +29,6 @@ HEALTH_PORT = 8080
 HEALTH_PORT_NAME = "http"
 CONTAINER_NAME = "worker"
 # PostgreSQL application_name of each kind of session, so the connection budget can tell them apart.
-WORKER_CONNECTION_PREFIX = "fireflow-worker:"  # + executor id (the worker's runtime.py)
 OPERATOR_APPLICATION_NAME = "fireflow-operator"
 MIGRATION_APPLICATION_NAME = "fireflow-migration"  # PGAPPNAME of the migration Jobs
 JOB_NAME_MAX = 63  # Job names become pod label values
@@ -92,18 +90,6 @@ def connection_secret_name(pool_name: str) -> str:
 def database_label(database_key: str) -> str:
     """A label value naming one database of one server (a hash: label values are short)."""
     return hashlib.sha256(database_key.encode()).hexdigest()[:16]
-
-
-def executor_id(namespace: str, pod_name: str) -> str:
-    """A worker's DBOS executor id: unique across every pool on a database, stable across restarts."""
-    return f"{namespace}.{pod_name}"
-
-
-def pool_executor_pattern(namespace: str, pool_name: str) -> re.Pattern[str]:
-    """Every executor id the pool's pods can have, of every version's StatefulSet (`<pool>-<ordinal>`,
-    `<pool>-v<N>-<ordinal>`, each with an optional `-p<k>` process suffix), and no other pool's: a prefix
-    alone would also match a pool named `<pool>-b` in the same namespace."""
-    return re.compile(rf"{re.escape(namespace)}\.{re.escape(pool_name)}(?:-v\d+)?-\d+(?:-p\d+)?")
 
 
 def target_hash(image: str, application_version: str) -> str:

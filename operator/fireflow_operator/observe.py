@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-import json
 from typing import Any
 
+from fireflow_contract.migration_summary import MigrationSummary
 from fireflow_operator import migration, names
 from fireflow_operator.jobs import MigrationJob
 from fireflow_operator.kube import Kube
@@ -59,15 +59,7 @@ def observation(kube: Kube, namespace: str, job: Any | None) -> migration.JobObs
             terminated = status.state.terminated if status.state else None
             if terminated is not None and terminated.message:
                 message = terminated.message.strip()
-    summary = None
-    for line in reversed(message.splitlines()):
-        try:
-            parsed = json.loads(line)
-        except json.JSONDecodeError:
-            continue
-        if isinstance(parsed, dict):
-            summary = parsed
-            break
+    summary = MigrationSummary.from_message(message)
     if not message:
         failed = next((c for c in job.status.conditions or [] if c.type == "Failed"), None)
         message = f"{failed.reason}: {failed.message}" if failed is not None else ""

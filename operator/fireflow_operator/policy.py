@@ -10,9 +10,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from fireflow_worker.dburl import url_problem
 from psycopg.conninfo import conninfo_to_dict
 
+from fireflow_contract.dburl import url_problem
 from fireflow_operator import conditions
 from fireflow_operator.dsn import libpq_dsn
 from fireflow_operator.model import PoolSpec

@@ -9,16 +9,13 @@ processes on one run would run its current step twice.
 
 from __future__ import annotations
 
-import re
 from collections.abc import Iterable
 
 import psycopg
 
-from fireflow_operator import names
+from fireflow_contract import executor_ids
 from fireflow_operator.dbprobe import DatabaseQueryError, connect
 from fireflow_operator.dsn import libpq_dsn
-
-_ORDINAL = re.compile(r"(\d+)(?:-p(\d+))?")
 
 
 def stranded_executors(
@@ -38,7 +35,11 @@ def stranded_executors(
     prefix = f"{namespace}.{statefulset}-"
     stranded = []
     for executor in pending_executors:
-        match = _ORDINAL.fullmatch(executor.removeprefix(prefix)) if executor.startswith(prefix) else None
+        match = (
+            executor_ids.ORDINAL_AND_PROCESS.fullmatch(executor.removeprefix(prefix))
+            if executor.startswith(prefix)
+            else None
+        )
         if match is None:
             continue
         ordinal, process = int(match.group(1)), int(match.group(2) or 0)
@@ -58,7 +59,7 @@ def pending_executors(url: str, namespace: str, statefulset: str, *, timeout_sec
 
 def pool_pending_executors(url: str, namespace: str, pool_name: str, *, timeout_seconds: int) -> list[str]:
     """Executor ids of every version's pods of the pool that own PENDING runs, and no other pool's."""
-    pattern = names.pool_executor_pattern(namespace, pool_name)
+    pattern = executor_ids.pool_executor_pattern(namespace, pool_name)
     found = _pending_with_prefix(url, f"{namespace}.{pool_name}-", timeout_seconds)
     return [executor for executor in found if pattern.fullmatch(executor)]
 

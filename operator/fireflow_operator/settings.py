@@ -7,9 +7,9 @@ import os
 from collections.abc import Mapping
 from typing import Annotated, Any, Literal
 
-from fireflow_worker.logformat import LOG_FORMAT_ENV, LogFormat
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationError, model_validator
 
+from fireflow_contract.logformat import LOG_FORMAT_ENV, LogFormat
 from fireflow_operator.k8s_types import ResourceRequirements
 from fireflow_operator.model import DEFAULT_MIGRATION_RESOURCES, DEFAULT_WORKER_RESOURCES
 

@@ -13,10 +13,10 @@ import urllib.request
 from collections.abc import Iterator
 
 import pytest
+
 from fireflow_worker import migrate
 from fireflow_worker.client import FireflowClient
 from fireflow_worker.local_postgres import LocalPostgres, free_port
-
 from tests.kube.engine import ProjectImages, docker
 
 pytestmark = pytest.mark.docker
@@ -60,6 +60,19 @@ def test_should_hold_no_pip_compiler_or_package_manager_in_the_final_stage(image
     for module in ("pip", "setuptools"):
         result = run(image, "-c", f"import {module}", entrypoint="python")
         assert result.returncode == 1 and "ModuleNotFoundError" in result.stderr, (module, result.stderr)
+
+
+def test_should_carry_the_contract_and_only_its_own_package(project_images: ProjectImages) -> None:
+    """Each image holds fireflow_contract and its own package; neither carries the other's, nor its commands."""
+    probe = "import importlib.util as u; print(*(bool(u.find_spec(m)) for m in {mods!r}))"
+    for image, has, lacks, absent_command in (
+        (project_images.worker, "fireflow_worker", "fireflow_operator", "fireflow-operator"),
+        (project_images.operator, "fireflow_operator", "fireflow_worker", "fireflow-worker"),
+    ):
+        result = run(image, "-c", probe.format(mods=("fireflow_contract", has, lacks)), entrypoint="python")
+        assert result.stdout.split() == ["True", "True", "False"], (image, result.stdout, result.stderr)
+        command = run(image, "-c", f"command -v {absent_command}; exit 0", entrypoint="/bin/sh")
+        assert command.stdout.strip() == "", (image, command.stdout)
 
 
 def test_should_print_usage_of_every_worker_command(project_images: ProjectImages) -> None:

@@ -14,16 +14,6 @@ from typing import Any
 
 import pytest
 import yaml
-from fireflow_operator.builders import (
-    Pool,
-    build_headless_service,
-    build_migration_job,
-    build_network_policy,
-    build_pdb,
-    build_statefulset,
-)
-from fireflow_operator.connection import build_copy
-from fireflow_operator.model import GROUP, PLURAL, VERSION, parse_spec
 from kubernetes.client import (
     ApiClient,
     AppsV1Api,
@@ -35,6 +25,16 @@ from kubernetes.client import (
 )
 from kubernetes.client.exceptions import ApiException
 
+from fireflow_operator.builders import (
+    Pool,
+    build_headless_service,
+    build_migration_job,
+    build_network_policy,
+    build_pdb,
+    build_statefulset,
+)
+from fireflow_operator.connection import build_copy
+from fireflow_operator.model import GROUP, PLURAL, VERSION, parse_spec
 from tests.chart.chart import SERVED_APIS, Json, by_kind, kubectl_apply, render
 from tests.kube import rawapi
 from tests.kube.cluster import Cluster

@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 import yaml
-from fireflow_operator.crd import render_crd
 
+from fireflow_operator.crd import render_crd
 from tests.chart.chart import CHART_CRD_FILE, CRD_FILE, template
 
 REGENERATE = "regenerate both copies from the repository root: python -m fireflow_operator.crd --write"

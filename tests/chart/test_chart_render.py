@@ -9,8 +9,8 @@ from typing import Any
 
 import pytest
 import yaml
-from fireflow_operator.settings import OperatorSettings, load_settings
 
+from fireflow_operator.settings import OperatorSettings, load_settings
 from tests.chart.chart import (
     CHART_DIR,
     CLUSTER_ONLY_RULES,

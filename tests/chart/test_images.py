@@ -14,11 +14,11 @@ from pathlib import Path
 
 import pytest
 import yaml
+
 from fireflow_operator import builders, names
 from fireflow_operator.builders import Pool
 from fireflow_operator.model import parse_spec
 from fireflow_operator.settings import OperatorSettings, load_settings
-
 from tests.chart.chart import CHART_DIR
 from tests.kube import images
 from tests.kube.cluster import PROJECT_IMAGES
@@ -120,8 +120,11 @@ def test_should_copy_only_existing_paths_that_the_build_context_keeps(image: str
     for source in sources:
         assert (REPO_ROOT / source).exists(), f"COPY {source}: no such path in the repo"
         assert not dockerignore_excludes(source), f"COPY {source}: .dockerignore keeps it out of the build context"
-    # The wheel's metadata needs these (setuptools reads README.md; the packages live under worker/ and operator/).
-    assert {"pyproject.toml", "README.md", ".ci/constraints.txt", "worker/", "operator/"} <= set(sources)
+    # The wheel's metadata needs these (setuptools reads README.md); each image copies its own package's
+    # sources and the contract's (worker/fireflow_contract/, inside worker/ for the worker image).
+    assert {"pyproject.toml", "README.md", ".ci/constraints.txt"} <= set(sources)
+    own = {"fireflow-worker": {"worker/"}, "fireflow-operator": {"worker/fireflow_contract/", "operator/"}}[image]
+    assert own <= set(sources) and not ({"worker/", "operator/"} - own) & set(sources), sources
     assert PYPROJECT["project"]["readme"] == "README.md"
     assert set(PYPROJECT["tool"]["setuptools"]["packages"]["find"]["where"]) == {"worker", "operator"}
 

@@ -21,10 +21,10 @@ from typing import Any
 
 import pytest
 import yaml
-from fireflow_worker.client import FireflowClient
-from fireflow_worker.local_postgres import free_port
 from kubernetes.client import ApiClient
 
+from fireflow_worker.client import FireflowClient
+from fireflow_worker.local_postgres import free_port
 from tests.chart.chart import CHART_DIR, render
 from tests.kube.cluster import Cluster
 from tests.kube.tools import REPO_ROOT

@@ -25,7 +25,6 @@ from dataclasses import dataclass
 from typing import Any
 
 from fireflow_worker.local_postgres import free_port
-
 from tests.kube.cluster import Cluster
 
 Json = dict[str, Any]

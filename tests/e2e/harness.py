@@ -16,10 +16,10 @@ from pathlib import Path
 from typing import Any
 
 import yaml
-from fireflow_operator.model import GROUP, PLURAL, VERSION
 from kubernetes.client import AppsV1Api, CoreV1Api, CustomObjectsApi
 from kubernetes.client.exceptions import ApiException
 
+from fireflow_operator.model import GROUP, PLURAL, VERSION
 from tests.e2e.adapter import ClusterAdapter, Images
 from tests.e2e.databases import Database, Urls
 from tests.e2e.runs import WAIT

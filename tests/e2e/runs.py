@@ -8,8 +8,8 @@ from dataclasses import dataclass
 from typing import Any
 
 import psycopg
-from fireflow_worker.client import FireflowClient
 
+from fireflow_worker.client import FireflowClient
 from tests.e2e.tracer import TraceServer
 from tests.operator.conftest import wait_until
 

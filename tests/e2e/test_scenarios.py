@@ -15,11 +15,11 @@ import uuid
 from collections.abc import Callable
 
 import pytest
-from fireflow_worker import migrate
-from fireflow_worker.client import FireflowClient
 from kubernetes.client import ApiextensionsV1Api, AppsV1Api, BatchV1Api, CoreV1Api, RbacAuthorizationV1Api
 from kubernetes.client.exceptions import ApiException
 
+from fireflow_worker import migrate
+from fireflow_worker.client import FireflowClient
 from tests.e2e.databases import Database
 from tests.e2e.harness import Json, OperatorRelease, Stage, worker_pod
 from tests.e2e.runs import (

@@ -14,10 +14,10 @@ from collections import Counter
 from typing import Any
 
 import pytest
-from fireflow_worker import migrate
-from fireflow_worker.client import FireflowClient
 from kubernetes.client import AppsV1Api, CoreV1Api
 
+from fireflow_worker import migrate
+from fireflow_worker.client import FireflowClient
 from tests.e2e.harness import Json, OperatorRelease, Stage
 from tests.e2e.runs import WAIT, set_schema_behind, sleep_flow
 from tests.e2e.watch import Observed

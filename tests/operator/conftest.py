@@ -16,11 +16,11 @@ from typing import Any
 
 import psycopg
 import pytest
-from fireflow_operator.model import GROUP, PLURAL, VERSION
-from fireflow_worker.local_postgres import LocalPostgres, free_port
 from kubernetes.client import ApiClient, CoreV1Api, CustomObjectsApi
 from kubernetes.client.exceptions import ApiException
 
+from fireflow_operator.model import GROUP, PLURAL, VERSION
+from fireflow_worker.local_postgres import LocalPostgres, free_port
 from tests.kube.cluster import Cluster
 
 OPERATOR_BIN = str(Path(sys.executable).with_name("fireflow-operator"))

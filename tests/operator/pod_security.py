@@ -18,11 +18,11 @@ from pathlib import Path
 from typing import Any
 
 import yaml
+from pydantic import ValidationError
+
 from fireflow_operator.builders import Pool, build_migration_job, build_statefulset
 from fireflow_operator.crd import build_crd
 from fireflow_operator.model import parse_spec
-from pydantic import ValidationError
-
 from tests.kube.tools import BUILD_SCRIPT, REPO_ROOT, psa_check_path
 
 Json = dict[str, Any]

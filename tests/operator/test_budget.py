@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import pytest
+
 from fireflow_operator.budget import DatabaseFacts, PoolNeed, Usage, compute_budget, pool_need
 from fireflow_operator.dbprobe import count_others, pool_connection_prefix
 from fireflow_operator.dsn import libpq_dsn, password_of, redact

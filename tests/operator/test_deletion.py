@@ -6,13 +6,14 @@ from __future__ import annotations
 
 import psycopg
 import pytest
+from kubernetes.client import ApiClient, CoreV1Api, CustomObjectsApi
+
+from fireflow_contract import executor_ids
 from fireflow_operator import finalizer, names
 from fireflow_operator.kube import Kube
 from fireflow_operator.model import GROUP, PLURAL, VERSION
 from fireflow_operator.settings import load_settings
 from fireflow_worker.client import FireflowClient
-from kubernetes.client import ApiClient, CoreV1Api, CustomObjectsApi
-
 from tests.operator.conftest import (
     QUICK_DBOS,
     OperatorProcess,
@@ -50,7 +51,7 @@ def _pool_mid_rollout(api: ApiClient, namespace: str, url: str) -> tuple[list[st
         with psycopg.connect(url) as conn:
             conn.execute(
                 "UPDATE dbos.workflow_status SET executor_id = %s WHERE workflow_uuid = %s",
-                (names.executor_id(namespace, "pool-b-0"), sibling),
+                (executor_ids.executor_id(namespace, "pool-b-0"), sibling),
             )
         patch_pool(api, namespace, "pool", {"dbos": {"applicationVersion": "2"}})
         wait_for_pool(api, namespace, "pool", "two versions",
@@ -84,7 +85,7 @@ def test_should_hand_back_every_versions_runs_when_a_pool_is_deleted_mid_rollout
             current.stop()
     assert statuses(pool_database, runs) == {"ENQUEUED"}  # back on their queue, for any worker of their version
     assert statuses(pool_database, [sibling]) == {"PENDING"}
-    assert _executors(pool_database, [sibling]) == {sibling: names.executor_id(kube_namespace, "pool-b-0")}
+    assert _executors(pool_database, [sibling]) == {sibling: executor_ids.executor_id(kube_namespace, "pool-b-0")}
     secrets = {str(s.metadata.name) for s in CoreV1Api(kube_api).list_namespaced_secret(kube_namespace).items}
     assert names.connection_secret_name("pool") not in secrets  # the copy went with the pool
     if not restart:  # an event posted by a killed operator may be lost with it

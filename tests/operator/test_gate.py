@@ -10,13 +10,15 @@ test_sequences.py.
 from __future__ import annotations
 
 import random
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import pytest
+
+from fireflow_contract.migration_summary import MigrationSummary
 from fireflow_operator import jobs, migration
 
-OK_PLAN = {"result": "ok", "migration_needed": False, "current_version": 125, "required_version": 125}
+OK_PLAN = MigrationSummary("plan", migration_needed=False, current_version=125, required_version=125)
 
 
 def _step(**kwargs: Any) -> migration.MigrationStep:
@@ -28,8 +30,13 @@ def _step(**kwargs: Any) -> migration.MigrationStep:
     return migration.next_step(migration.MigrationInput(**{**base, **kwargs}))
 
 
+def _summary(observation: migration.JobObservation) -> MigrationSummary:
+    assert observation.summary is not None
+    return observation.summary
+
+
 def _behind(current: int = 100) -> migration.JobObservation:
-    summary = {"result": "ok", "migration_needed": True, "current_version": current, "required_version": 125}
+    summary = MigrationSummary("plan", migration_needed=True, current_version=current, required_version=125)
     return migration.JobObservation("succeeded", summary)
 
 
@@ -44,7 +51,7 @@ def test_should_plan_drain_apply_then_roll_out_when_the_schema_is_behind() -> No
     assert (step.migration["phase"], step.create_job) == ("Applying", "apply")
     step = _step(migration=step.migration, apply_job=migration.JobObservation("running"), pods_left=0)
     assert (step.hold_at_zero, step.roll_out) == (True, False)
-    done = migration.JobObservation("succeeded", {"result": "ok", "current_version": 125})
+    done = migration.JobObservation("succeeded", MigrationSummary("apply", current_version=125))
     step = _step(migration=step.migration, apply_job=done, pods_left=0)
     assert (step.migration["phase"], step.roll_out, step.hold_at_zero, step.schema_version) == (
         "Done",
@@ -70,7 +77,7 @@ def test_should_skip_its_own_apply_when_another_pool_migrated_the_database_meanw
 
 
 def test_should_retry_with_the_previous_version_serving_then_abandon() -> None:
-    failed = migration.JobObservation("failed", {"result": "failed", "error": "lock timeout: x"})
+    failed = migration.JobObservation("failed", MigrationSummary("apply", result="failed", error="lock timeout: x"))
     m: dict[str, Any] = {"target": "t2", "phase": "Applying", "round": 4, "attempt": 1, "specKey": "k2"}
     step = _step(migration=m, apply_job=failed, pods_left=0)
     assert (step.migration["phase"], step.hold_at_zero) == ("Failed", False)  # the previous version comes back
@@ -99,14 +106,14 @@ def test_should_hold_until_an_apply_of_an_earlier_target_ends() -> None:
 
 
 def test_should_apply_online_while_the_pool_serves_unless_the_step_is_unsafe() -> None:
-    safe = migration.JobObservation("succeeded", {**_behind().summary, "online_safe": True})
+    safe = migration.JobObservation("succeeded", replace(_summary(_behind()), online_safe=True))
     planning = _step().migration
     online = _step(migration=planning, plan_job=safe)
     assert (online.migration["phase"], online.create_job, online.hold_at_zero) == ("Applying", "apply", False)
     assert online.migration["message"] == "schema 100 is behind 125: applying online, the pool keeps serving"
     running = _step(migration=online.migration, apply_job=migration.JobObservation("running"))
     assert running.hold_at_zero is False  # the previous version keeps serving
-    unsafe_summary = {**_behind().summary, "online_safe": False, "unsafe": ["migration 3: builds an index"]}
+    unsafe_summary = replace(_summary(_behind()), online_safe=False, unsafe=["migration 3: builds an index"])
     drained = _step(migration=planning, plan_job=migration.JobObservation("succeeded", unsafe_summary))
     assert (drained.migration["phase"], drained.hold_at_zero) == ("Draining", True)
     assert drained.migration["message"].endswith("as the step is not online-safe (migration 3: builds an index)")
@@ -182,7 +189,8 @@ class _World:
         job = self.jobs.get(name)
         if job is None:
             return migration.ABSENT
-        return migration.JobObservation(job["state"], job.get("summary"))
+        summary = job.get("summary")
+        return migration.JobObservation(job["state"], MigrationSummary.from_mapping(summary) if summary else None)
 
     def reconcile(self, status_lost: bool = False) -> None:
         """One reconcile; with `status_lost` its status write fails after everything else was done."""
@@ -253,15 +261,15 @@ class _World:
         job = self.jobs[name]
         needed = self.required[job["target"]]
         if job["mode"] == "plan":
-            job["summary"] = {"result": "ok", "migration_needed": self.schema < needed, "current_version": self.schema,
+            job["summary"] = {"action": "plan", "migration_needed": self.schema < needed, "current_version": self.schema,
                               "required_version": needed, "online_safe": job["target"] not in self.unsafe}  # fmt: skip
             job["state"] = "succeeded"
         elif self.lock_held:
-            job["summary"] = {"result": "failed", "error": "lock timeout"}
+            job["summary"] = {"action": "apply", "result": "failed", "error": "lock timeout"}
             job["state"] = "failed"
         else:
             self.schema = max(self.schema, needed)
-            job["summary"] = {"result": "ok", "current_version": self.schema}
+            job["summary"] = {"action": "apply", "current_version": self.schema}
             job["state"] = "succeeded"
         self.log.append(f"{name} {job['state']}")
 

@@ -7,9 +7,9 @@ import time
 from typing import Any
 
 import pytest
-from fireflow_worker.client import FireflowClient
 from kubernetes.client import ApiClient, AppsV1Api
 
+from fireflow_worker.client import FireflowClient
 from tests.operator.conftest import (
     OperatorProcess,
     condition,

@@ -11,10 +11,10 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from fireflow_operator.model import GROUP, MAX_POOL_NAME, PLURAL, VERSION
 from kubernetes.client import ApiClient, AppsV1Api, CustomObjectsApi, PolicyV1Api
 from kubernetes.client.exceptions import ApiException
 
+from fireflow_operator.model import GROUP, MAX_POOL_NAME, PLURAL, VERSION
 from tests.operator.conftest import (
     OperatorProcess,
     condition,

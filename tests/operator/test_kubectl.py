@@ -9,11 +9,11 @@ import subprocess
 from typing import Any
 
 import yaml
+from kubernetes.client import ApiClient
+
 from fireflow_operator.conditions import set_condition
 from fireflow_operator.crd import CRD_COPIES
 from fireflow_operator.status import StatusDraft
-from kubernetes.client import ApiClient
-
 from tests.kube.cluster import Cluster
 from tests.kube.tools import REPO_ROOT, kubectl_path
 from tests.operator.conftest import (

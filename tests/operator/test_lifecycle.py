@@ -9,11 +9,11 @@ from collections.abc import Iterator
 
 import psycopg
 import pytest
+from kubernetes.client import ApiClient, AppsV1Api, BatchV1Api, CoreV1Api, PolicyV1Api
+
 from fireflow_worker import migrate
 from fireflow_worker.client import FireflowClient
 from fireflow_worker.local_postgres import LocalPostgres
-from kubernetes.client import ApiClient, AppsV1Api, BatchV1Api, CoreV1Api, PolicyV1Api
-
 from tests.operator.conftest import (
     OperatorProcess,
     assert_no_secret,

@@ -8,9 +8,10 @@ from typing import Any
 
 import pytest
 import yaml
+from pydantic import ValidationError
+
 from fireflow_operator.crd import build_crd, render_crd
 from fireflow_operator.model import PoolSpec, parse_spec
-from pydantic import ValidationError
 
 REPO = Path(__file__).resolve().parents[2]
 CRD_FILE = REPO / "crds" / "fireflow.persistent.ai_fireflowworkerpools.yaml"

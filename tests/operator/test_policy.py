@@ -8,10 +8,11 @@ from types import SimpleNamespace as Obj
 from typing import Any
 
 import pytest
+from pydantic import ValidationError
+
 from fireflow_operator import health, policy, queue_settings
 from fireflow_operator.builders import Pool, build_statefulset
 from fireflow_operator.model import parse_spec
-from pydantic import ValidationError
 
 BASE = {"image": "fireflow-worker:1", "database": {"secretRef": {"name": "db"}}}
 

@@ -14,14 +14,14 @@ import pytest
 import sqlalchemy as sa
 import urllib3
 from dbos import _migration
-from fireflow_operator.model import GROUP, PLURAL, VERSION
-from fireflow_worker import migrate
-from fireflow_worker.client import FireflowClient
-from fireflow_worker.local_postgres import LocalPostgres
 from kubernetes import watch
 from kubernetes.client import ApiClient, AppsV1Api, BatchV1Api, CoreV1Api, CustomObjectsApi
 from kubernetes.client.exceptions import ApiException
 
+from fireflow_operator.model import GROUP, PLURAL, VERSION
+from fireflow_worker import migrate
+from fireflow_worker.client import FireflowClient
+from fireflow_worker.local_postgres import LocalPostgres
 from tests.kube.plugin import fresh_namespace
 from tests.operator.conftest import (
     OperatorProcess,

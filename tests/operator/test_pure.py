@@ -5,6 +5,9 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
+from pydantic import ValidationError
+
+from fireflow_contract import executor_ids
 from fireflow_operator import names
 from fireflow_operator.builders import Pool, build_migration_job, build_pdb, build_statefulset, wants_pdb
 from fireflow_operator.kube import merge_patch
@@ -12,7 +15,6 @@ from fireflow_operator.model import RESERVED_ENV, parse_spec, worker_processes
 from fireflow_operator.pool_index import PoolIndex
 from fireflow_operator.recovery import stranded_executors
 from fireflow_operator.scaling import plan_replicas
-from pydantic import ValidationError
 
 SPEC = {"image": "fireflow-worker:1", "database": {"secretRef": {"name": "db"}}, "replicas": 3}
 
@@ -133,7 +135,7 @@ def test_should_patch_only_what_changed_and_null_nested_keys_that_vanished() -> 
 
 
 def test_should_tell_a_pools_executors_from_another_pools() -> None:
-    pattern = names.pool_executor_pattern("ns", "pool")
+    pattern = executor_ids.pool_executor_pattern("ns", "pool")
     ours = ["ns.pool-0", "ns.pool-12-p3", "ns.pool-v2-0", "ns.pool-v17-4-p1"]
     others = ["ns.pool-b-0", "ns.pool-0-0", "other.pool-0", "ns.pools-0", "ns.pool-v2-b-0", "ns.pool"]
     assert [e for e in ours + others if pattern.fullmatch(e)] == ours

@@ -9,10 +9,10 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from fireflow_operator.model import GROUP, PLURAL, VERSION
 from kubernetes.client import ApiClient, AppsV1Api, CoreV1Api, CustomObjectsApi, RbacAuthorizationV1Api
 from kubernetes.client.exceptions import ApiException
 
+from fireflow_operator.model import GROUP, PLURAL, VERSION
 from tests.operator.conftest import (
     OperatorProcess,
     condition,

@@ -22,10 +22,10 @@ from typing import Any
 
 import psycopg
 import pytest
-from fireflow_operator.model import GROUP, PLURAL, VERSION
-from fireflow_worker.client import FireflowClient
 from kubernetes.client import ApiClient, BatchV1Api, CoreV1Api, CustomObjectsApi
 
+from fireflow_operator.model import GROUP, PLURAL, VERSION
+from fireflow_worker.client import FireflowClient
 from tests.operator.conftest import (
     OperatorProcess,
     condition,

@@ -14,9 +14,9 @@ from typing import Any
 
 import psycopg
 import pytest
-from fireflow_worker.client import FireflowClient
 from kubernetes.client import ApiClient, AppsV1Api
 
+from fireflow_worker.client import FireflowClient
 from tests.operator.conftest import (
     QUICK_DBOS,
     OperatorProcess,

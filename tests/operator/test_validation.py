@@ -9,10 +9,10 @@ import subprocess
 from typing import Any
 
 import pytest
-from fireflow_operator.model import GROUP, PLURAL, VERSION
 from kubernetes.client import ApiClient, AppsV1Api, CustomObjectsApi
 from kubernetes.client.exceptions import ApiException
 
+from fireflow_operator.model import GROUP, PLURAL, VERSION
 from tests.operator.conftest import (
     OPERATOR_BIN,
     OperatorProcess,

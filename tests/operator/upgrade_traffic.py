@@ -10,6 +10,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import psycopg
+
 from fireflow_worker.client import FireflowClient
 
 TICK = {"name": "tick", "nodes": {"tick": {"type": "template", "params": {"template": "tick"}}}}

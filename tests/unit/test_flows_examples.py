@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+
 from fireflow_worker.flows.graph import output_nodes, resolve_params, topological_layers
 from fireflow_worker.flows.model import Flow
 from fireflow_worker.flows.nodetype import NodeContext, NodeError, parse_params, retry_policy, run_node

@@ -8,6 +8,7 @@ import pickle
 from typing import Any
 
 import pytest
+
 from fireflow_worker.flows.limits import MAX_NESTING_DEPTH, json_bytes, nesting_problem
 from fireflow_worker.flows.registry import builtin_registry
 from fireflow_worker.flows.validate import FlowValidationError, load_flow, validate_run_inputs

@@ -12,6 +12,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
 import pytest
+
 from fireflow_worker.flows.nodes import HttpNode
 from fireflow_worker.flows.nodetype import NodeContext, NodeError, parse_params, run_node
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
+
 from fireflow_worker.flows.registry import builtin_registry
 from fireflow_worker.flows.validate import FlowValidationError, load_flow, validate_run_inputs
 

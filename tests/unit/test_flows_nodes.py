@@ -6,6 +6,7 @@ import time
 from typing import Any
 
 import pytest
+
 from fireflow_worker.flows.model import NodeSpec, RetryPolicy
 from fireflow_worker.flows.nodes import FailNode, SleepNode, TemplateNode, TransformNode
 from fireflow_worker.flows.nodetype import AnyNodeType, NodeContext, NodeError, parse_params, retry_policy, run_node

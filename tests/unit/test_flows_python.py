@@ -8,6 +8,7 @@ import time
 from typing import Any
 
 import pytest
+
 from fireflow_worker.flows.nodes import PythonNode
 from fireflow_worker.flows.nodes.python import PythonParams
 from fireflow_worker.flows.nodetype import AnyNodeType, NodeContext, NodeError, parse_params, run_node

@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
+
 from fireflow_worker.flows.graph import resolve_params
 from fireflow_worker.flows.nodetype import NodeError
 from fireflow_worker.flows.refs import Reference, ReferenceSyntaxError, has_reference, lookup_path, parse, scan

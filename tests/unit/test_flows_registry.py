@@ -11,6 +11,7 @@ import uuid
 from pathlib import Path
 
 import pytest
+
 from fireflow_worker.flows.nodetype import NodeContext, parse_params, run_node
 from fireflow_worker.flows.registry import (
     ENTRY_POINT_GROUP,

@@ -7,6 +7,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+
 from fireflow_worker.flows.model import Flow
 from fireflow_worker.flows.registry import builtin_registry
 from fireflow_worker.flows.validate import FlowValidationError, load_flow, load_flow_file, validate_flow

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import pytest
+
 from fireflow_worker import migrate
 from fireflow_worker.migration_safety import statements, step_verdicts, unsafe_statements
 

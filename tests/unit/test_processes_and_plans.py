@@ -8,10 +8,12 @@ import os
 from typing import Any
 
 import pytest
+
+from fireflow_contract.executor_ids import MAX_PROCESSES, child_executor_id
 from fireflow_worker.config import ConfigError, load_config
 from fireflow_worker.flow_plans import PlanCache, build_plan
 from fireflow_worker.flows.validate import FlowValidationError
-from fireflow_worker.processes import MAX_PROCESSES, cgroup_cpu_limit, child_executor_id, default_processes
+from fireflow_worker.processes import cgroup_cpu_limit, default_processes
 from fireflow_worker.supervisor import Child
 
 URL = "postgresql://u:p@127.0.0.1:5432/db"

@@ -7,6 +7,7 @@ from typing import Any
 
 import pytest
 from dbos import error as dbos_error
+
 from fireflow_worker.flows.nodetype import NodeError
 from fireflow_worker.run_events import LIVE, STEPS, Deriver, Step, error_line, event_detail, flow_label
 

@@ -9,6 +9,7 @@ from collections.abc import Sequence
 from typing import Any
 
 import pytest
+
 from fireflow_worker.cancellation import CancelWatcher
 from fireflow_worker.flows.graph import resolve_params
 from fireflow_worker.flows.nodetype import NodeError

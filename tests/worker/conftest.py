@@ -5,9 +5,9 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator
 
 import pytest
+
 from fireflow_worker import migrate
 from fireflow_worker.client import FireflowClient
-
 from tests.worker.proc import WorkerProcess
 
 ALLOWED_MODULES = "tests.worker.sideeffects"

@@ -14,8 +14,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from fireflow_worker.client import FireflowClient, RunCancelledError, RunNotFoundError, RunStateError
 
+from fireflow_worker.client import FireflowClient, RunCancelledError, RunNotFoundError, RunStateError
 from tests.worker import flows
 from tests.worker.proc import WorkerProcess, wait_for
 

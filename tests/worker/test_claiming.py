@@ -14,10 +14,10 @@ from typing import Any
 
 import psycopg
 import pytest
+
 from fireflow_worker import migrate
 from fireflow_worker.client import FireflowClient
 from fireflow_worker.local_postgres import LocalPostgres
-
 from tests.worker import flows
 from tests.worker.proc import WorkerProcess, wait_for
 
@@ -81,6 +81,7 @@ def test_should_fill_a_freed_slot_with_a_run_another_enqueuer_sent_without_namin
     migrated_url: str, start_worker: StartWorker
 ) -> None:
     from dbos import DBOSClient  # noqa: PLC0415
+
     from fireflow_worker.engine import WORKFLOW_NAME  # noqa: PLC0415
 
     start_worker(DBOS_WORKER_CONCURRENCY="1", **SLOW_SAFETY_POLL)

@@ -10,8 +10,8 @@ from collections.abc import Callable
 from pathlib import Path
 
 import psycopg
-from fireflow_worker.client import FireflowClient
 
+from fireflow_worker.client import FireflowClient
 from tests.worker import flows
 from tests.worker.proc import WorkerProcess
 

@@ -9,8 +9,8 @@ from pathlib import Path
 
 import psycopg
 import pytest
-from fireflow_worker.client import FireflowClient
 
+from fireflow_worker.client import FireflowClient
 from tests.worker import flows
 from tests.worker.proc import WorkerProcess, wait_for
 

@@ -15,9 +15,9 @@ from typing import Any
 import psycopg
 import pytest
 from dbos import DBOSClient
+
 from fireflow_worker.client import FireflowClient
 from fireflow_worker.engine import WORKFLOW_NAME
-
 from tests.worker import flows
 from tests.worker.proc import WorkerProcess
 

@@ -12,8 +12,8 @@ from pathlib import Path
 
 import psycopg
 import pytest
-from fireflow_worker.client import FireflowClient
 
+from fireflow_worker.client import FireflowClient
 from tests.worker import flows
 from tests.worker.proc import WorkerProcess
 

@@ -15,8 +15,8 @@ from typing import Any
 
 import psycopg
 import pytest
-from fireflow_worker.client import FireflowClient
 
+from fireflow_worker.client import FireflowClient
 from tests.worker import flows
 from tests.worker.proc import WorkerProcess, wait_for
 from tests.worker.typescript import REPO_ROOT, SDKS, TypeScriptCaller

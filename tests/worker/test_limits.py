@@ -12,10 +12,10 @@ from typing import Any
 import psycopg
 import pytest
 from dbos import DBOSClient
+
 from fireflow_worker.client import FireflowClient
 from fireflow_worker.engine import WORKFLOW_NAME
 from fireflow_worker.flows.validate import FlowValidationError
-
 from tests.worker import flows
 from tests.worker.proc import WorkerProcess
 

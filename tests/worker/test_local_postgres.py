@@ -12,6 +12,7 @@ from pathlib import Path
 
 import psycopg
 import pytest
+
 from fireflow_worker import local_postgres
 from fireflow_worker.local_postgres import (
     POSTGRES_DIR_ENV,

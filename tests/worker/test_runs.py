@@ -13,9 +13,9 @@ from typing import Any
 
 import psycopg
 import pytest
+
 from fireflow_worker.client import FireflowClient
 from fireflow_worker.flows.validate import FlowValidationError
-
 from tests.worker import flows
 from tests.worker.proc import WorkerProcess
 

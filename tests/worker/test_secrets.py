@@ -14,8 +14,8 @@ from urllib.parse import quote, urlsplit
 
 import psycopg
 import pytest
-from fireflow_worker.dburl import redact_url, url_problem
 
+from fireflow_contract.dburl import redact_url, url_problem
 from tests.worker.proc import REPO_ROOT, WORKER_BIN, WorkerProcess
 
 StartWorker = Callable[..., WorkerProcess]

@@ -10,8 +10,8 @@ from collections.abc import Callable
 from pathlib import Path
 
 import psycopg
-from fireflow_worker import migrate
 
+from fireflow_worker import migrate
 from tests.worker.proc import WORKER_BIN, WorkerProcess
 
 StartWorker = Callable[..., WorkerProcess]

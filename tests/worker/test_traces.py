@@ -7,7 +7,6 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from fireflow_worker.client import FireflowClient
-
 from tests.otlp import Collector, Span
 from tests.worker.proc import WorkerProcess
 from tests.worker.test_logs import three_nodes

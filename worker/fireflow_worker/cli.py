@@ -12,11 +12,13 @@ import os
 import signal
 from collections.abc import Sequence
 
+from fireflow_contract import migration_summary
+from fireflow_contract.dburl import mask_logs, redact_url
+from fireflow_contract.logformat import configure, early_error
+from fireflow_contract.migration_summary import MigrationSummary
 from fireflow_worker import migrate
 from fireflow_worker.client_cli import client_main
 from fireflow_worker.config import ConfigError, load_config
-from fireflow_worker.dburl import mask_logs, redact_url
-from fireflow_worker.logformat import configure, early_error
 
 __all__ = ["client_main", "worker_main"]
 
@@ -101,14 +103,14 @@ def _migrate(args: argparse.Namespace, database_url: str | None) -> int:
                 retry_delay_seconds=args.retry_delay_seconds,
             )
     except Exception as err:
-        summary = migrate.MigrationSummary(
+        summary = MigrationSummary(
             action="plan" if args.plan else "apply",
-            result="failed",
+            result=migration_summary.FAILED,
             error=redact_url(" ".join(str(err).split()))[:1000],
         )
     summary.error = None if summary.error is None else redact_url(summary.error)
     migrate.report(summary, args.termination_log)
-    if summary.result != "ok":
+    if not summary.ok:
         return migrate.EXIT_ERROR
     if args.plan and summary.migration_needed and not args.exit_zero:
         return migrate.EXIT_MIGRATION_NEEDED

@@ -16,11 +16,11 @@ from typing import Any
 from dbos import DBOSClient, WorkflowSerializationFormat
 from dbos import error as dbos_error
 
-from fireflow_worker import queues, run_contract, telemetry
+from fireflow_contract import queues, run_request, telemetry
+from fireflow_contract.run_request import EVENTS_STREAM, TERMINAL_STATUSES, WORKFLOW_NAME
 from fireflow_worker.flow_store import FlowNotFoundError, load_flow_definition, save_flow
 from fireflow_worker.flows.document import DocumentError, parse_text
 from fireflow_worker.flows.validate import FlowValidationError, load_flow, validate_run_inputs
-from fireflow_worker.run_contract import EVENTS_STREAM, TERMINAL_STATUSES, WORKFLOW_NAME
 from fireflow_worker.run_events import EVENT_DETAILS, LIVE, Deriver, Step, event_detail
 
 # How often a follower of a run without live events reads its records (two indexed reads each time).
@@ -132,13 +132,13 @@ class FireflowClient:
             assert flow is not None
             parsed = load_flow(flow)
         checked_inputs = validate_run_inputs(parsed, inputs or {})
-        request = run_contract.build_request(
+        request = run_request.build_request(
             flow=flow,
             flow_ref=flow_ref,
             inputs=checked_inputs,
             queue=queue,
             events=events,
-            trace_context={run_contract.TRACEPARENT: traceparent} if traceparent else telemetry.current_traceparent(),
+            trace_context={run_request.TRACEPARENT: traceparent} if traceparent else telemetry.current_traceparent(),
         )
         # Portable JSON: the run's input, result, error and events are then readable by every DBOS SDK.
         handle: Any = self._dbos.enqueue(

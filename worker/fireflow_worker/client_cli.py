@@ -17,8 +17,8 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from fireflow_worker import queues
-from fireflow_worker.dburl import POSTGRES_SCHEMES, mask_logs, redact_url, url_problem
+from fireflow_contract import queues
+from fireflow_contract.dburl import POSTGRES_SCHEMES, mask_logs, redact_url, url_problem
 
 EXIT_FAILED = 1
 EXIT_USAGE = 2

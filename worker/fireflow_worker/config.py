@@ -22,12 +22,13 @@ from pydantic import (
     model_validator,
 )
 
-from fireflow_worker.dburl import POSTGRES_SCHEMES, redact_url, url_problem
-from fireflow_worker.logformat import LogFormat
-from fireflow_worker.processes import MAX_PROCESSES, child_executor_id, default_processes
-from fireflow_worker.queues import ALL_QUEUES, BACKGROUND, EXECUTIONS, SANDBOX, TERMINAL
+from fireflow_contract import worker_variables
+from fireflow_contract.dburl import POSTGRES_SCHEMES, redact_url, url_problem
+from fireflow_contract.executor_ids import MAX_EXECUTOR_ID_CHARS, MAX_PROCESSES, child_executor_id
+from fireflow_contract.logformat import LogFormat
+from fireflow_contract.queues import ALL_QUEUES, BACKGROUND, EXECUTIONS, SANDBOX, TERMINAL
+from fireflow_worker.processes import default_processes
 
-MAX_EXECUTOR_ID_CHARS = 253
 LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")
 APP_NAME_PATTERN = re.compile(r"^[a-z0-9_-]{3,256}$")
 
@@ -98,37 +99,43 @@ class WorkerConfig(BaseModel):
 
     model_config = ConfigDict(populate_by_name=True, frozen=True, extra="ignore")
 
-    database_url: str | None = Field(None, alias="DATABASE_URL_EXECUTIONS")
-    local_mode: Bool = Field(False, alias="FIREFLOW_LOCAL_MODE")
-    local_sqlite_path: str = Field("fireflow-local.sqlite", alias="FIREFLOW_LOCAL_SQLITE_PATH")
-    application_name: Annotated[str, AfterValidator(_app_name)] = Field("fireflow", alias="DBOS_APPLICATION_NAME")
+    database_url: str | None = Field(None, alias=worker_variables.DATABASE_URL)
+    local_mode: Bool = Field(False, alias=worker_variables.LOCAL_MODE)
+    local_sqlite_path: str = Field("fireflow-local.sqlite", alias=worker_variables.LOCAL_SQLITE_PATH)
+    application_name: Annotated[str, AfterValidator(_app_name)] = Field(
+        "fireflow", alias=worker_variables.APPLICATION_NAME
+    )
     # Not the package's version: a plain upgrade of the worker must not strand the PENDING runs of the
     # previous one (DBOS lets only a run's own version recover it). Change it for an incompatible engine change.
     application_version: str = Field(
-        DEFAULT_APPLICATION_VERSION, alias="FIREFLOW_APPLICATION_VERSION", min_length=1, max_length=128
+        DEFAULT_APPLICATION_VERSION, alias=worker_variables.APPLICATION_VERSION, min_length=1, max_length=128
     )
     # DBOS hands version-less runs to its latest version only. standalone: refuse to start when this
     # version is not the latest (it would take no new run); claim-latest: make it the latest (a rollback);
     # managed: the operator decides (an older version keeps serving its own runs while it retires).
-    version_role: Literal["standalone", "claim-latest", "managed"] = Field("standalone", alias="FIREFLOW_VERSION_ROLE")
-    worker_concurrency: int = Field(50, alias="DBOS_WORKER_CONCURRENCY", ge=1, le=10_000)
-    queue_concurrency: int = Field(0, alias="DBOS_QUEUE_CONCURRENCY", ge=0, le=1_000_000)
-    polling_interval_ms: int = Field(50, alias="DBOS_QUEUE_POLLING_INTERVAL_MS", ge=1, le=600_000)
-    pool_size: int = Field(30, alias="DBOS_SYSTEM_DATABASE_POOL_SIZE", ge=2, le=1_000)
-    worker_id: str | None = Field(None, alias="FIREFLOW_WORKER_ID", min_length=1, max_length=MAX_EXECUTOR_ID_CHARS)
-    run_migrations: Bool = Field(True, alias="DBOS_RUN_MIGRATIONS")
-    drain_timeout_ms: int = Field(25_000, alias="DBOS_SHUTDOWN_DRAIN_TIMEOUT_MS", ge=0, le=3_600_000)
+    version_role: Literal["standalone", "claim-latest", "managed"] = Field(
+        "standalone", alias=worker_variables.VERSION_ROLE
+    )
+    worker_concurrency: int = Field(50, alias=worker_variables.WORKER_CONCURRENCY, ge=1, le=10_000)
+    queue_concurrency: int = Field(0, alias=worker_variables.QUEUE_CONCURRENCY, ge=0, le=1_000_000)
+    polling_interval_ms: int = Field(50, alias=worker_variables.POLLING_INTERVAL_MS, ge=1, le=600_000)
+    pool_size: int = Field(30, alias=worker_variables.POOL_SIZE, ge=2, le=1_000)
+    worker_id: str | None = Field(
+        None, alias=worker_variables.WORKER_ID, min_length=1, max_length=MAX_EXECUTOR_ID_CHARS
+    )
+    run_migrations: Bool = Field(True, alias=worker_variables.RUN_MIGRATIONS)
+    drain_timeout_ms: int = Field(25_000, alias=worker_variables.DRAIN_TIMEOUT_MS, ge=0, le=3_600_000)
     log_level: Annotated[
         Literal["DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL"], BeforeValidator(_upper_log_level)
-    ] = Field("INFO", alias="DBOS_LOG_LEVEL")
-    provision_cache_ttl_ms: int = Field(10_000, alias="FIREFLOW_PROVISION_CACHE_TTL_MS", ge=0, le=86_400_000)
-    sandbox_concurrency: int = Field(10, alias="FIREFLOW_SANDBOX_QUEUE_CONCURRENCY", ge=1, le=10_000)
-    terminal_concurrency: int = Field(10, alias="FIREFLOW_TERMINAL_QUEUE_CONCURRENCY", ge=1, le=10_000)
+    ] = Field("INFO", alias=worker_variables.LOG_LEVEL)
+    provision_cache_ttl_ms: int = Field(10_000, alias=worker_variables.PROVISION_CACHE_TTL_MS, ge=0, le=86_400_000)
+    sandbox_concurrency: int = Field(10, alias=worker_variables.SANDBOX_CONCURRENCY, ge=1, le=10_000)
+    terminal_concurrency: int = Field(10, alias=worker_variables.TERMINAL_CONCURRENCY, ge=1, le=10_000)
     queues: Annotated[list[str], BeforeValidator(_split_queues), AfterValidator(_known_queues)] = Field(
-        default_factory=lambda: list(ALL_QUEUES), alias="FIREFLOW_QUEUES"
+        default_factory=lambda: list(ALL_QUEUES), alias=worker_variables.QUEUES
     )
-    health_host: str = Field("0.0.0.0", alias="FIREFLOW_HEALTH_HOST")  # noqa: S104 - probes reach the pod IP
-    health_port: int = Field(8080, alias="FIREFLOW_HEALTH_PORT", ge=0, le=65_535)
+    health_host: str = Field("0.0.0.0", alias=worker_variables.HEALTH_HOST)  # noqa: S104 - probes reach the pod IP
+    health_port: int = Field(8080, alias=worker_variables.HEALTH_PORT, ge=0, le=65_535)
     # Per-run limits (see run_limits.py): what one run may take from its worker.
     max_node_output_bytes: int = Field(4 << 20, alias="FIREFLOW_MAX_NODE_OUTPUT_BYTES", ge=1024, le=1 << 30)
     max_run_output_bytes: int = Field(16 << 20, alias="FIREFLOW_MAX_RUN_OUTPUT_BYTES", ge=1024, le=4 << 30)
@@ -151,7 +158,7 @@ class WorkerConfig(BaseModel):
     idle_poll_interval_ms: int = Field(5_000, alias="FIREFLOW_IDLE_POLL_INTERVAL_MS", ge=10, le=600_000)
     # Worker processes in this pod (see processes.py); unset or "auto" = from the pod's CPU limit.
     worker_processes: Annotated[int | None, BeforeValidator(_auto_is_unset)] = Field(
-        None, alias="FIREFLOW_WORKER_PROCESSES", ge=1, le=MAX_PROCESSES
+        None, alias=worker_variables.PROCESSES, ge=1, le=MAX_PROCESSES
     )
     # SQLAlchemy's ping before every pooled checkout: one more round trip per database transaction.
     pool_pre_ping: Bool = Field(False, alias="FIREFLOW_POOL_PRE_PING")
@@ -247,10 +254,12 @@ def _field_hint(field_name: str) -> str:
 def load_config(environ: Mapping[str, str] | None = None) -> WorkerConfig:
     """Read and validate the worker's configuration; raise `ConfigError` with one printable line."""
     env = dict(os.environ if environ is None else environ)
-    if not env.get("FIREFLOW_WORKER_ID") and env.get("DBOS__VMID"):
-        env["FIREFLOW_WORKER_ID"] = env["DBOS__VMID"]
-    if not env.get("FIREFLOW_APPLICATION_VERSION") and env.get("DBOS__APPVERSION"):
-        env["FIREFLOW_APPLICATION_VERSION"] = env["DBOS__APPVERSION"]
+    for name, alias in (
+        (worker_variables.WORKER_ID, worker_variables.WORKER_ID_ALIAS),
+        (worker_variables.APPLICATION_VERSION, worker_variables.APPLICATION_VERSION_ALIAS),
+    ):
+        if not env.get(name) and env.get(alias):
+            env[name] = env[alias]
     aliases = {info.alias for info in WorkerConfig.model_fields.values() if info.alias}
     values = {name: _blank_is_unset(env[name]) for name in aliases if name in env}
     values = {name: value for name, value in values.items() if value is not None}

@@ -20,7 +20,8 @@ from dbos import DBOS, StepOptions
 from dbos import error as dbos_error
 from prometheus_client import Counter
 
-from fireflow_worker import dbos_compat, logformat, metrics, queues, run_contract, telemetry
+from fireflow_contract import logformat, queues, run_request, telemetry
+from fireflow_worker import dbos_compat, metrics
 from fireflow_worker.executors import execute_chain, execute_graph
 from fireflow_worker.flow_plans import FlowPlan, PlanCache
 from fireflow_worker.flow_store import FlowNotFoundError
@@ -39,9 +40,9 @@ __all__ = [
     "run_flow",
 ]
 
-# The contract's names (see run_contract), re-exported for the engine's callers.
-WORKFLOW_NAME = run_contract.WORKFLOW_NAME
-EVENTS_STREAM = run_contract.EVENTS_STREAM
+# The contract's names (see fireflow_contract.run_request), re-exported for the engine's callers.
+WORKFLOW_NAME = run_request.WORKFLOW_NAME
+EVENTS_STREAM = run_request.EVENTS_STREAM
 
 log = logging.getLogger("fireflow.worker")
 
@@ -143,7 +144,7 @@ def _definition(request: Any) -> Any:
     """The run's flow definition. A flow that travels with the run is part of the workflow's recorded input:
     no step. A stored flow is resolved in the recorded `provision` step, so a recovered run runs the
     definition its first execution resolved."""
-    problems = run_contract.request_problems(request)
+    problems = run_request.request_problems(request)
     if problems:
         raise RunFailedError("invalid run request: " + "; ".join(problems))
     if request.get("flow") is not None:

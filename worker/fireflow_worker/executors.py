@@ -25,11 +25,12 @@ from typing import Any
 from dbos import DBOS, StepOptions
 from dbos import error as dbos_error
 
-from fireflow_worker import dbos_compat, logformat, telemetry
+from fireflow_contract import logformat, telemetry
+from fireflow_contract.run_request import EVENTS_STREAM
+from fireflow_worker import dbos_compat
 from fireflow_worker.flow_plans import FlowPlan
 from fireflow_worker.flows.graph import resolve_params
 from fireflow_worker.node_step import NodeCall, node_finished_event, now_ms, one_line, run_node_step
-from fireflow_worker.run_contract import EVENTS_STREAM
 from fireflow_worker.run_limits import OutputBudget
 from fireflow_worker.run_state import SETTINGS, RunFailedError
 

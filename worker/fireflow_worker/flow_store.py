@@ -15,8 +15,8 @@ from typing import Any
 import psycopg
 from psycopg.types.json import Json
 
+from fireflow_contract.dburl import libpq_url
 from fireflow_worker import metrics
-from fireflow_worker.dburl import libpq_url
 
 
 class FlowNotFoundError(LookupError):

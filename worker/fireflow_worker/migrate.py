@@ -9,18 +9,18 @@ writes the same line there for Kubernetes to show in the Pod's status.
 from __future__ import annotations
 
 import contextlib
-import json
 import os
 import time
 import urllib.parse
-from dataclasses import asdict, dataclass
 from pathlib import Path
 
 import psycopg
 from psycopg import errors as pg_errors
 
+from fireflow_contract import migration_summary
+from fireflow_contract.dburl import libpq_url
+from fireflow_contract.migration_summary import MigrationSummary
 from fireflow_worker import migration_safety, schema
-from fireflow_worker.dburl import libpq_url
 
 DEFAULT_TERMINATION_LOG = "/dev/termination-log"
 # Exit statuses of `migrate --plan`: whether a migration is needed is the answer, not an error.
@@ -56,24 +56,6 @@ def current_version(database_url: str) -> int:
             return 0
         row = conn.execute("SELECT version FROM dbos.dbos_migrations").fetchone()
         return int(row[0]) if row else 0
-
-
-@dataclass
-class MigrationSummary:
-    action: str
-    current_version: int | None = None
-    required_version: int | None = None
-    migration_needed: bool | None = None
-    online_safe: bool | None = None  # plan: the step can be applied while older workers keep serving
-    unsafe: list[str] | None = None  # plan: the statements that are not, shortened (at most five)
-    result: str = "ok"
-    attempts: int = 0
-    error: str | None = None
-    project_objects: str | None = None
-
-    def line(self) -> str:
-        data = {key: value for key, value in asdict(self).items() if value is not None}
-        return json.dumps(data, separators=(",", ":"), sort_keys=True)
 
 
 def plan(database_url: str) -> MigrationSummary:
@@ -145,7 +127,7 @@ def apply(
             if _is_lock_timeout(err) and attempt <= retries:
                 time.sleep(retry_delay_seconds)
                 continue
-            summary.result = "failed"
+            summary.result = migration_summary.FAILED
             reason = "lock timeout" if _is_lock_timeout(err) else type(err).__name__
             detail = " ".join(str(getattr(err, "orig", None) or err).split())
             summary.error = f"{reason}: {detail}"[:1000]

@@ -17,12 +17,13 @@ from dbos import DBOS
 from dbos import error as dbos_error
 from sqlalchemy import exc as sa_exc
 
-from fireflow_worker import logformat, metrics, telemetry
+from fireflow_contract import logformat, telemetry
+from fireflow_contract.run_request import EVENTS_STREAM
+from fireflow_contract.telemetry import NO_TRACE, RunTrace
+from fireflow_worker import metrics
 from fireflow_worker.flows.nodetype import NodeContext, NodeError, parse_params, run_node
 from fireflow_worker.flows.registry import default_registry
-from fireflow_worker.run_contract import EVENTS_STREAM
 from fireflow_worker.run_limits import OutputBudget, RunLimits, checked_output_size
-from fireflow_worker.telemetry import NO_TRACE, RunTrace
 
 # A run's error and its events carry one line; a node raising a megabyte of text must not store it.
 MAX_MESSAGE_CHARS = 2000

@@ -16,19 +16,12 @@ from __future__ import annotations
 import math
 from pathlib import Path
 
-MAX_PROCESSES = 64
-CHILD_SUFFIX = "-p"
+from fireflow_contract.executor_ids import MAX_PROCESSES
+
 # Set by the supervisor for each worker process: a pipe on which the process writes the loopback port its
 # health server bound. The process binds port 0: a port chosen for it beforehand could be taken in between by
 # any outgoing connection of the pod (ephemeral ports come from the same range), and the pod would fail.
 HEALTH_PORT_FD_ENV = "FIREFLOW_HEALTH_PORT_FD"
-
-
-def child_executor_id(worker_id: str | None, index: int) -> str | None:
-    """Process `index`'s executor id: the pod's for process 0, `<pod id>-p<index>` after it."""
-    if index == 0:
-        return worker_id
-    return f"{worker_id or 'local'}{CHILD_SUFFIX}{index}"
 
 
 def cgroup_cpu_limit(cpu_max: str | None, cfs_quota: str | None, cfs_period: str | None) -> float | None:

@@ -20,14 +20,15 @@ from __future__ import annotations
 import logging
 from typing import Any
 
-from fireflow_worker import metrics, run_contract, worker_db
-from fireflow_worker.js_encoding import UndecodableValueError, decode_arguments
+from fireflow_contract import run_request
+from fireflow_contract.js_encoding import UndecodableValueError, decode_arguments
+from fireflow_worker import metrics, worker_db
 
 log = logging.getLogger("fireflow.worker")
 
 # The label of an encoding nobody here knows (label values must stay few).
 OTHER_ENCODING = "other"
-KNOWN_ENCODINGS = (*run_contract.DECODED_ENCODINGS, "java_jackson", "go_json")
+KNOWN_ENCODINGS = (*run_request.DECODED_ENCODINGS, "java_jackson", "go_json")
 _PORTABLE_HINT = (
     "enqueue it in DBOS's portable JSON (TypeScript DBOSClient: serializationType 'portable'; DBOS-py: "
     "serialization_type=WorkflowSerializationFormat.PORTABLE) - see docs/run-contract.md"
@@ -56,13 +57,13 @@ def prepare_claimed(dbos: Any, status: dict[str, Any], owner_xid: str) -> bool:
     """Make a claimed run readable by DBOS, in the database and in `status`; False when it cannot be and was
     ended ERROR (or was no longer this claim's)."""
     encoding = status.get("serialization")
-    if encoding is None or encoding in run_contract.READABLE_ENCODINGS:
+    if encoding is None or encoding in run_request.READABLE_ENCODINGS:
         return True
     run_id = str(status["workflow_uuid"])
     label = encoding if encoding in KNOWN_ENCODINGS else OTHER_ENCODING
     engine = dbos._sys_db.engine
     problem: str
-    if encoding in run_contract.DECODED_ENCODINGS:
+    if encoding in run_request.DECODED_ENCODINGS:
         try:
             arguments = decode_arguments(status["inputs"]) if status.get("inputs") is not None else []
         except UndecodableValueError as err:
@@ -70,10 +71,10 @@ def prepare_claimed(dbos: Any, status: dict[str, Any], owner_xid: str) -> bool:
         except (ValueError, TypeError, RecursionError) as err:
             problem = f"the run request in {encoding!r} cannot be decoded ({err}): {_PORTABLE_HINT}"
         else:
-            inputs = run_contract.portable_arguments(arguments[0] if arguments else None)
-            if not worker_db.reencode_claimed_run(engine, run_id, owner_xid, run_contract.PORTABLE_JSON, inputs):
+            inputs = run_request.portable_arguments(arguments[0] if arguments else None)
+            if not worker_db.reencode_claimed_run(engine, run_id, owner_xid, run_request.PORTABLE_JSON, inputs):
                 return False
-            status["inputs"], status["serialization"] = inputs, run_contract.PORTABLE_JSON
+            status["inputs"], status["serialization"] = inputs, run_request.PORTABLE_JSON
             metrics.RUN_ENCODINGS.labels(label, "decoded").inc()
             return True
     else:
@@ -81,8 +82,8 @@ def prepare_claimed(dbos: Any, status: dict[str, Any], owner_xid: str) -> bool:
     metrics.RUN_ENCODINGS.labels(label, "unreadable").inc()
     log.warning("run %s ends ERROR: %s", run_id, problem)
     # Its error in portable JSON, under that name, so that every SDK - the enqueuer's too - can read it.
-    if worker_db.reencode_claimed_run(engine, run_id, owner_xid, run_contract.PORTABLE_JSON, None):
+    if worker_db.reencode_claimed_run(engine, run_id, owner_xid, run_request.PORTABLE_JSON, None):
         dbos._sys_db.update_workflow_outcome(
-            run_id, "ERROR", error=run_contract.portable_error(problem), owner_xid=owner_xid
+            run_id, "ERROR", error=run_request.portable_error(problem), owner_xid=owner_xid
         )
     return False

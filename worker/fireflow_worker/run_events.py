@@ -23,7 +23,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from fireflow_worker import queues
+from fireflow_contract import queues
 
 LIVE = "live"
 STEPS = "steps"

@@ -24,11 +24,12 @@ from types import FrameType
 import sqlalchemy as sa
 from dbos import DBOS, DBOSConfig
 
-from fireflow_worker import dbos_compat, engine, logformat, queues, run_encodings, schema, telemetry, worker_db
+from fireflow_contract import executor_ids, logformat, queues, telemetry
+from fireflow_contract.dburl import mask_logs, redact_url
+from fireflow_worker import dbos_compat, engine, run_encodings, schema, worker_db
 from fireflow_worker.cancellation import CancelWatcher
 from fireflow_worker.config import WorkerConfig
 from fireflow_worker.dbos_lines import DBOS_START_LINES
-from fireflow_worker.dburl import mask_logs, redact_url
 from fireflow_worker.dispatcher import Dispatcher
 from fireflow_worker.flow_store import ProvisionCache
 from fireflow_worker.health import HealthServer, HealthState
@@ -39,7 +40,6 @@ from fireflow_worker.watchdog import MachineryWatchdog, dbos_probes
 
 log = logging.getLogger("fireflow.worker")
 
-WORKER_CONNECTION_PREFIX = "fireflow-worker:"
 # The exit status of a worker whose machinery broke (EX_SOFTWARE); Kubernetes restarts it.
 EXIT_BROKEN = 70
 # How often the main thread wakes to run a signal handler Python could not run while it waited.
@@ -64,17 +64,12 @@ def dbos_config(config: WorkerConfig) -> DBOSConfig:
         "log_level": config.log_level,
         # Named connections let the operator tell the pool's backends from everyone else's in pg_stat_activity.
         "db_engine_kwargs": {
-            "connect_args": {"application_name": connection_application_name(config.executor_id)},
+            "connect_args": {"application_name": executor_ids.connection_name(config.executor_id)},
             # Off by default: the ping is a round trip before every transaction. DBOS retries what fails on
             # a connection that died meanwhile, and SQLAlchemy then replaces the pool's older connections.
             "pool_pre_ping": config.pool_pre_ping,
         },
     }
-
-
-def connection_application_name(executor_id: str) -> str:
-    """The PostgreSQL `application_name` of a worker's connections (the server keeps 63 bytes)."""
-    return f"{WORKER_CONNECTION_PREFIX}{executor_id}"[:63]
 
 
 def register_queues(config: WorkerConfig) -> None:
@@ -211,7 +206,7 @@ def _refund(config: WorkerConfig, run_ids: list[str]) -> None:
         return
     try:
         refunded = worker_db.refund_drained_dispatches(
-            config.database_url, connection_application_name(config.executor_id), config.executor_id, run_ids
+            config.database_url, executor_ids.connection_name(config.executor_id), config.executor_id, run_ids
         )
     except Exception as err:
         log.warning("cannot return the drained runs' recovery attempts: %s", _one_line(err))

@@ -21,8 +21,8 @@ from typing import Any
 import psycopg
 import sqlalchemy as sa
 
-from fireflow_worker.dburl import libpq_url
-from fireflow_worker.run_contract import TERMINAL_CHANNEL, TERMINAL_STATUSES
+from fireflow_contract.dburl import libpq_url
+from fireflow_contract.run_request import TERMINAL_CHANNEL, TERMINAL_STATUSES
 
 # Workers are woken on DBOS's own notification channel, which DBOS's LISTEN connection already reads: a
 # second listening connection per worker would cost one more connection and, since PostgreSQL wakes every

@@ -14,7 +14,7 @@ from typing import Any
 import psycopg
 import sqlalchemy as sa
 
-from fireflow_worker.dburl import libpq_url
+from fireflow_contract.dburl import libpq_url
 from fireflow_worker.flow_store import FlowNotFoundError
 
 

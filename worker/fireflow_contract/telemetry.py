@@ -12,7 +12,7 @@ carries none of the flow's names, and its exporter takes `service.name` from the
 its endpoint from its own settings, not from the `OTEL_*` variables; the worker's spans replace it.
 
 A run continues the trace its enqueuer started: the run request's optional `traceparent` (and `tracestate`)
-keys, W3C Trace Context (run_contract.py and docs/run-contract.md). A run recovered after a crash starts a new run
+keys, W3C Trace Context (run_request.py and docs/run-contract.md). A run recovered after a crash starts a new run
 span in the same trace (the request is the run's recorded input).
 """
 
@@ -31,7 +31,7 @@ from opentelemetry import trace
 from opentelemetry.trace import Span, SpanKind, Status, StatusCode
 from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
 
-from fireflow_worker.run_contract import TRACEPARENT, TRACESTATE
+from fireflow_contract.run_request import TRACEPARENT, TRACESTATE
 
 log = logging.getLogger("fireflow.telemetry")
 

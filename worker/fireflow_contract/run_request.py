@@ -14,7 +14,7 @@ from typing import Any
 
 import jsonschema
 
-from fireflow_worker import queues
+from fireflow_contract import queues
 
 CONTRACT_VERSION = 1
 
@@ -53,7 +53,7 @@ DECODED_ENCODINGS = (JS_SUPERJSON, JS_LEGACY)
 # The `name` of every run error in its portable form {"name", "message", "code", "data"}.
 RUN_ERROR_NAME = "RunFailedError"
 
-REQUEST_SCHEMA_PATH = Path(__file__).with_name("contract") / f"run-request.v{CONTRACT_VERSION}.schema.json"
+REQUEST_SCHEMA_PATH = Path(__file__).with_name("schemas") / f"run-request.v{CONTRACT_VERSION}.schema.json"
 _ONE_OF = "it must carry exactly one of flow and flow_ref"
 
 
