@@ -12,12 +12,14 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from fireflow_operator import conditions, connection, names, recovery
-from fireflow_operator.builders import Pool
-from fireflow_operator.dbprobe import DatabaseQueryError, DatabaseUnreachableError
-from fireflow_operator.dsn import redact
+from fireflow_operator.api import conditions, names
+from fireflow_operator.api.model import parse_spec
+from fireflow_operator.children import connection
+from fireflow_operator.children.builders import Pool
+from fireflow_operator.database import recovery
+from fireflow_operator.database.dbprobe import DatabaseQueryError, DatabaseUnreachableError
+from fireflow_operator.database.dsn import redact
 from fireflow_operator.kube import Kube
-from fireflow_operator.model import parse_spec
 from fireflow_operator.settings import OperatorSettings
 
 

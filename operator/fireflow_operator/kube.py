@@ -13,8 +13,8 @@ from typing import Any, TypeVar, cast
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
-from fireflow_operator import names
-from fireflow_operator.model import GROUP, PLURAL, VERSION
+from fireflow_operator.api import names
+from fireflow_operator.api.model import GROUP, PLURAL, VERSION
 from fireflow_operator.pool_index import PoolIndex
 
 HASH_ANNOTATION = "fireflow.persistent.ai/spec-hash"

@@ -14,19 +14,13 @@ from typing import Any
 from kubernetes.client.exceptions import ApiException
 from pydantic import ValidationError
 
-from fireflow_operator import (
-    conditions,
-    connection,
-    fleet,
-    migration,
-    names,
-    netpol,
-    policy,
-    progress,
-    queue_settings,
-)
-from fireflow_operator.budget import DatabaseFacts
-from fireflow_operator.builders import (
+from fireflow_operator.admission import policy, queue_settings
+from fireflow_operator.api import conditions, names
+from fireflow_operator.api.model import parse_spec
+from fireflow_operator.capacity.scaling import ReplicaPlan
+from fireflow_operator.capacity.sizing import BudgetKeeper
+from fireflow_operator.children import connection, netpol
+from fireflow_operator.children.builders import (
     PodDefaults,
     Pool,
     build_headless_service,
@@ -34,22 +28,22 @@ from fireflow_operator.builders import (
     build_statefulset,
     wants_pdb,
 )
-from fireflow_operator.dbprobe import (
+from fireflow_operator.database.dbprobe import (
     DatabaseQueryError,
     DatabaseUnreachableError,
     pool_connection_prefix,
     probe_database,
 )
-from fireflow_operator.fleet import Fleet
-from fireflow_operator.gate import MigrationGate
+from fireflow_operator.database.facts import DatabaseFacts
 from fireflow_operator.kube import Kube, api_error, read_or_none
-from fireflow_operator.model import parse_spec
-from fireflow_operator.scaling import ReplicaPlan
+from fireflow_operator.migration import machine
+from fireflow_operator.migration.gate import MigrationGate
+from fireflow_operator.pool_conditions import summarize
+from fireflow_operator.rollout import fleet, progress
+from fireflow_operator.rollout.fleet import Fleet
+from fireflow_operator.rollout.versions import CURRENT, Version
 from fireflow_operator.settings import OperatorSettings
-from fireflow_operator.sizing import BudgetKeeper
 from fireflow_operator.status import Outcome, StatusDraft, first_error
-from fireflow_operator.summary import summarize
-from fireflow_operator.versions import CURRENT, Version
 
 
 def pod_defaults(settings: OperatorSettings) -> PodDefaults:
@@ -178,11 +172,11 @@ class Reconciler:
 
     def _step(
         self, pool: Pool, facts: DatabaseFacts, draft: StatusDraft, sts: Any, live_pods: dict[str, int]
-    ) -> migration.MigrationStep:
+    ) -> machine.MigrationStep:
         """The gate's step; a target that was rolled back stays back until the spec names another one."""
         target = names.target_hash(pool.spec.image, pool.spec.dbos.application_version)
         if progress.held_back(draft.new.get("rollout") or {}, target):
-            return migration.MigrationStep(dict(draft.new.get("migration") or {}))
+            return machine.MigrationStep(dict(draft.new.get("migration") or {}))
         step = self.gate.step(pool, facts, draft, sts, live_pods)
         if step.roll_out and draft.old.get("currentTarget") != draft.new.get("currentTarget"):
             new = draft.new
@@ -226,7 +220,7 @@ class Reconciler:
         retired = {r.version.index for r in retiring if r.replicas is None}
         listed = [v for v in listed if v.index not in retired]
         # Only in steady state: the pods of a pool held at zero come back under their own ids.
-        if step.migration.get("phase") == migration.DONE and not step.hold_at_zero and sts is not None:
+        if step.migration.get("phase") == machine.DONE and not step.hold_at_zero and sts is not None:
             sizes = {names.statefulset_name(name, current.index): plan.allowed}
             sizes |= {names.statefulset_name(name, r.version.index): r.replicas or 0 for r in retiring}
             self.fleet.recover(pool, draft, sizes, live_pods)
@@ -238,7 +232,7 @@ class Reconciler:
         self,
         pool: Pool,
         draft: StatusDraft,
-        step: migration.MigrationStep,
+        step: machine.MigrationStep,
         listed: list[Version],
         current: Version,
         over_budget: str | None,

@@ -10,8 +10,8 @@ from typing import Annotated, Any, Literal
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationError, model_validator
 
 from fireflow_contract.logformat import LOG_FORMAT_ENV, LogFormat
-from fireflow_operator.k8s_types import ResourceRequirements
-from fireflow_operator.model import DEFAULT_MIGRATION_RESOURCES, DEFAULT_WORKER_RESOURCES
+from fireflow_operator.api.k8s_types import ResourceRequirements
+from fireflow_operator.api.model import DEFAULT_MIGRATION_RESOURCES, DEFAULT_WORKER_RESOURCES
 
 
 class SettingsError(Exception):

@@ -8,8 +8,8 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from fireflow_operator import conditions, names
-from fireflow_operator.dsn import redact
+from fireflow_operator.api import conditions, names
+from fireflow_operator.database.dsn import redact
 
 
 @dataclass

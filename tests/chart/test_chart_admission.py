@@ -25,7 +25,8 @@ from kubernetes.client import (
 )
 from kubernetes.client.exceptions import ApiException
 
-from fireflow_operator.builders import (
+from fireflow_operator.api.model import GROUP, PLURAL, VERSION, parse_spec
+from fireflow_operator.children.builders import (
     Pool,
     build_headless_service,
     build_migration_job,
@@ -33,8 +34,7 @@ from fireflow_operator.builders import (
     build_pdb,
     build_statefulset,
 )
-from fireflow_operator.connection import build_copy
-from fireflow_operator.model import GROUP, PLURAL, VERSION, parse_spec
+from fireflow_operator.children.connection import build_copy
 from tests.chart.chart import SERVED_APIS, Json, by_kind, kubectl_apply, render
 from tests.kube import rawapi
 from tests.kube.cluster import Cluster

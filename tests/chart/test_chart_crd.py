@@ -9,10 +9,10 @@ from pathlib import Path
 import pytest
 import yaml
 
-from fireflow_operator.crd import render_crd
+from fireflow_operator.api.crd import render_crd
 from tests.chart.chart import CHART_CRD_FILE, CRD_FILE, template
 
-REGENERATE = "regenerate both copies from the repository root: python -m fireflow_operator.crd --write"
+REGENERATE = "regenerate both copies from the repository root: python -m fireflow_operator.api.crd --write"
 
 
 def test_should_keep_the_charts_crd_byte_identical_to_crds() -> None:

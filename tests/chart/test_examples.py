@@ -8,8 +8,8 @@ from __future__ import annotations
 import pytest
 import yaml
 
-from fireflow_operator import names
-from fireflow_operator.model import GROUP, KIND, VERSION, parse_spec
+from fireflow_operator.api import names
+from fireflow_operator.api.model import GROUP, KIND, VERSION, parse_spec
 from tests.chart.chart import NO_SERVER_SCHEMA, Json, kubectl_apply, server_checkable
 from tests.kube import images
 from tests.kube.cluster import Cluster

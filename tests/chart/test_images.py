@@ -15,9 +15,10 @@ from pathlib import Path
 import pytest
 import yaml
 
-from fireflow_operator import builders, names
-from fireflow_operator.builders import Pool
-from fireflow_operator.model import parse_spec
+from fireflow_operator.api import names
+from fireflow_operator.api.model import parse_spec
+from fireflow_operator.children import builders
+from fireflow_operator.children.builders import Pool
 from fireflow_operator.settings import OperatorSettings, load_settings
 from tests.chart.chart import CHART_DIR
 from tests.kube import images

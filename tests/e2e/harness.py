@@ -19,7 +19,7 @@ import yaml
 from kubernetes.client import AppsV1Api, CoreV1Api, CustomObjectsApi
 from kubernetes.client.exceptions import ApiException
 
-from fireflow_operator.model import GROUP, PLURAL, VERSION
+from fireflow_operator.api.model import GROUP, PLURAL, VERSION
 from tests.e2e.adapter import ClusterAdapter, Images
 from tests.e2e.databases import Database, Urls
 from tests.e2e.runs import WAIT

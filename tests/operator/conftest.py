@@ -19,7 +19,7 @@ import pytest
 from kubernetes.client import ApiClient, CoreV1Api, CustomObjectsApi
 from kubernetes.client.exceptions import ApiException
 
-from fireflow_operator.model import GROUP, PLURAL, VERSION
+from fireflow_operator.api.model import GROUP, PLURAL, VERSION
 from fireflow_worker.local_postgres import LocalPostgres, free_port
 from tests.kube.cluster import Cluster
 

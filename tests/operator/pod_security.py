@@ -20,9 +20,9 @@ from typing import Any
 import yaml
 from pydantic import ValidationError
 
-from fireflow_operator.builders import Pool, build_migration_job, build_statefulset
-from fireflow_operator.crd import build_crd
-from fireflow_operator.model import parse_spec
+from fireflow_operator.api.crd import build_crd
+from fireflow_operator.api.model import parse_spec
+from fireflow_operator.children.builders import Pool, build_migration_job, build_statefulset
 from tests.kube.tools import BUILD_SCRIPT, REPO_ROOT, psa_check_path
 
 Json = dict[str, Any]

@@ -4,10 +4,11 @@ from __future__ import annotations
 
 import pytest
 
-from fireflow_operator.budget import DatabaseFacts, PoolNeed, Usage, compute_budget, pool_need
-from fireflow_operator.dbprobe import count_others, pool_connection_prefix
-from fireflow_operator.dsn import libpq_dsn, password_of, redact
-from fireflow_operator.usage import UsageHistory
+from fireflow_operator.capacity.budget import PoolNeed, compute_budget, pool_need
+from fireflow_operator.capacity.usage import UsageHistory
+from fireflow_operator.database.dbprobe import count_others, pool_connection_prefix
+from fireflow_operator.database.dsn import libpq_dsn, password_of, redact
+from fireflow_operator.database.facts import DatabaseFacts, Usage
 
 NO_ONE = Usage(0, 0, 0)
 

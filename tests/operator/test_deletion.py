@@ -9,9 +9,10 @@ import pytest
 from kubernetes.client import ApiClient, CoreV1Api, CustomObjectsApi
 
 from fireflow_contract import executor_ids
-from fireflow_operator import finalizer, names
+from fireflow_operator import finalizer
+from fireflow_operator.api import names
+from fireflow_operator.api.model import GROUP, PLURAL, VERSION
 from fireflow_operator.kube import Kube
-from fireflow_operator.model import GROUP, PLURAL, VERSION
 from fireflow_operator.settings import load_settings
 from fireflow_worker.client import FireflowClient
 from tests.operator.conftest import (

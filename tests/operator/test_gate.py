@@ -16,28 +16,28 @@ from typing import Any
 import pytest
 
 from fireflow_contract.migration_summary import MigrationSummary
-from fireflow_operator import jobs, migration
+from fireflow_operator.migration import jobs, machine
 
 OK_PLAN = MigrationSummary("plan", migration_needed=False, current_version=125, required_version=125)
 
 
-def _step(**kwargs: Any) -> migration.MigrationStep:
+def _step(**kwargs: Any) -> machine.MigrationStep:
     base: dict[str, Any] = {
-        "target": "t2", "current_target": "t1", "migration": {}, "plan_job": migration.ABSENT,
-        "apply_job": migration.ABSENT, "stale_apply_running": None, "database_apply_running": None,
+        "target": "t2", "current_target": "t1", "migration": {}, "plan_job": machine.ABSENT,
+        "apply_job": machine.ABSENT, "stale_apply_running": None, "database_apply_running": None,
         "schema_version": 100, "pods_left": 2, "now": 1000.0, "spec_key": "k2",
     }  # fmt: skip
-    return migration.next_step(migration.MigrationInput(**{**base, **kwargs}))
+    return machine.next_step(machine.MigrationInput(**{**base, **kwargs}))
 
 
-def _summary(observation: migration.JobObservation) -> MigrationSummary:
+def _summary(observation: machine.JobObservation) -> MigrationSummary:
     assert observation.summary is not None
     return observation.summary
 
 
-def _behind(current: int = 100) -> migration.JobObservation:
+def _behind(current: int = 100) -> machine.JobObservation:
     summary = MigrationSummary("plan", migration_needed=True, current_version=current, required_version=125)
-    return migration.JobObservation("succeeded", summary)
+    return machine.JobObservation("succeeded", summary)
 
 
 def test_should_plan_drain_apply_then_roll_out_when_the_schema_is_behind() -> None:
@@ -49,9 +49,9 @@ def test_should_plan_drain_apply_then_roll_out_when_the_schema_is_behind() -> No
     assert (step.migration["phase"], step.create_job, step.hold_at_zero) == ("Draining", None, True)
     step = _step(migration=step.migration, pods_left=0)
     assert (step.migration["phase"], step.create_job) == ("Applying", "apply")
-    step = _step(migration=step.migration, apply_job=migration.JobObservation("running"), pods_left=0)
+    step = _step(migration=step.migration, apply_job=machine.JobObservation("running"), pods_left=0)
     assert (step.hold_at_zero, step.roll_out) == (True, False)
-    done = migration.JobObservation("succeeded", MigrationSummary("apply", current_version=125))
+    done = machine.JobObservation("succeeded", MigrationSummary("apply", current_version=125))
     step = _step(migration=step.migration, apply_job=done, pods_left=0)
     assert (step.migration["phase"], step.roll_out, step.hold_at_zero, step.schema_version) == (
         "Done",
@@ -63,7 +63,7 @@ def test_should_plan_drain_apply_then_roll_out_when_the_schema_is_behind() -> No
 
 def test_should_roll_out_without_draining_when_the_schema_is_current() -> None:
     step = _step()
-    step = _step(migration=step.migration, plan_job=migration.JobObservation("succeeded", OK_PLAN))
+    step = _step(migration=step.migration, plan_job=machine.JobObservation("succeeded", OK_PLAN))
     assert (step.migration["phase"], step.roll_out, step.hold_at_zero) == ("Done", True, False)
 
 
@@ -77,7 +77,7 @@ def test_should_skip_its_own_apply_when_another_pool_migrated_the_database_meanw
 
 
 def test_should_retry_with_the_previous_version_serving_then_abandon() -> None:
-    failed = migration.JobObservation("failed", MigrationSummary("apply", result="failed", error="lock timeout: x"))
+    failed = machine.JobObservation("failed", MigrationSummary("apply", result="failed", error="lock timeout: x"))
     m: dict[str, Any] = {"target": "t2", "phase": "Applying", "round": 4, "attempt": 1, "specKey": "k2"}
     step = _step(migration=m, apply_job=failed, pods_left=0)
     assert (step.migration["phase"], step.hold_at_zero) == ("Failed", False)  # the previous version comes back
@@ -92,7 +92,7 @@ def test_should_retry_with_the_previous_version_serving_then_abandon() -> None:
     assert _step(migration=last.migration, now=99_999.0).create_job is None  # stays abandoned
     fresh = _step(migration=last.migration, spec_key="k2-longer-lock-timeout")
     assert (fresh.create_job, fresh.migration["attempt"]) == ("plan", 1)
-    assert migration.retry_delay(10, 30.0) == 600.0
+    assert machine.retry_delay(10, 30.0) == 600.0
 
 
 def test_should_hold_until_an_apply_of_an_earlier_target_ends() -> None:
@@ -106,15 +106,15 @@ def test_should_hold_until_an_apply_of_an_earlier_target_ends() -> None:
 
 
 def test_should_apply_online_while_the_pool_serves_unless_the_step_is_unsafe() -> None:
-    safe = migration.JobObservation("succeeded", replace(_summary(_behind()), online_safe=True))
+    safe = machine.JobObservation("succeeded", replace(_summary(_behind()), online_safe=True))
     planning = _step().migration
     online = _step(migration=planning, plan_job=safe)
     assert (online.migration["phase"], online.create_job, online.hold_at_zero) == ("Applying", "apply", False)
     assert online.migration["message"] == "schema 100 is behind 125: applying online, the pool keeps serving"
-    running = _step(migration=online.migration, apply_job=migration.JobObservation("running"))
+    running = _step(migration=online.migration, apply_job=machine.JobObservation("running"))
     assert running.hold_at_zero is False  # the previous version keeps serving
     unsafe_summary = replace(_summary(_behind()), online_safe=False, unsafe=["migration 3: builds an index"])
-    drained = _step(migration=planning, plan_job=migration.JobObservation("succeeded", unsafe_summary))
+    drained = _step(migration=planning, plan_job=machine.JobObservation("succeeded", unsafe_summary))
     assert (drained.migration["phase"], drained.hold_at_zero) == ("Draining", True)
     assert drained.migration["message"].endswith("as the step is not online-safe (migration 3: builds an index)")
     offline = _step(migration=planning, plan_job=safe, offline=True)
@@ -185,12 +185,12 @@ class _World:
             if j["mode"] == "apply" and j["state"] == "running" and not (offline_only and j["online"])
         ]
 
-    def observe(self, name: str) -> migration.JobObservation:
+    def observe(self, name: str) -> machine.JobObservation:
         job = self.jobs.get(name)
         if job is None:
-            return migration.ABSENT
+            return machine.ABSENT
         summary = job.get("summary")
-        return migration.JobObservation(job["state"], MigrationSummary.from_mapping(summary) if summary else None)
+        return machine.JobObservation(job["state"], MigrationSummary.from_mapping(summary) if summary else None)
 
     def reconcile(self, status_lost: bool = False) -> None:
         """One reconcile; with `status_lost` its status write fails after everything else was done."""
@@ -201,8 +201,8 @@ class _World:
         stale = jobs.stale_apply(records, jobs.round_job_names("pool", self.status)["apply"])
         persisted = dict(self.status)
         names_ = jobs.round_job_names("pool", self.status)
-        step = migration.next_step(
-            migration.MigrationInput(
+        step = machine.next_step(
+            machine.MigrationInput(
                 target=self.spec_target,
                 current_target=self.current_target,
                 migration=dict(self.status),
@@ -224,7 +224,7 @@ class _World:
             running = self.running_applies(offline_only=True)
             assert step.hold_at_zero, f"workers allowed while offline {running} runs: {self.log[-8:]}"
         if step.create_job is not None:
-            round_ = migration.job_round(step.migration)
+            round_ = machine.job_round(step.migration)
             target = step.migration["target"]
             name = f"pool-{step.create_job}-{target}-{round_}"
             online = bool(step.migration.get("online"))
@@ -261,8 +261,9 @@ class _World:
         job = self.jobs[name]
         needed = self.required[job["target"]]
         if job["mode"] == "plan":
-            job["summary"] = {"action": "plan", "migration_needed": self.schema < needed, "current_version": self.schema,
-                              "required_version": needed, "online_safe": job["target"] not in self.unsafe}  # fmt: skip
+            job["summary"] = {"action": "plan", "migration_needed": self.schema < needed,
+                              "current_version": self.schema, "required_version": needed,
+                              "online_safe": job["target"] not in self.unsafe}  # fmt: skip
             job["state"] = "succeeded"
         elif self.lock_held:
             job["summary"] = {"action": "apply", "result": "failed", "error": "lock timeout"}
@@ -318,7 +319,7 @@ def test_should_keep_the_gate_invariants_in_any_sequence(seed: int) -> None:
         world.reconcile()
         world.finish_a_job()
         world.move_pods()
-    if world.status.get("phase") == migration.ABANDONED:  # until the spec changes: nothing else to check
+    if world.status.get("phase") == machine.ABANDONED:  # until the spec changes: nothing else to check
         assert world.current_target != world.spec_target
         return
     assert world.current_target == world.spec_target, world.log[-10:]

@@ -14,7 +14,7 @@ import pytest
 from kubernetes.client import ApiClient, AppsV1Api, CustomObjectsApi, PolicyV1Api
 from kubernetes.client.exceptions import ApiException
 
-from fireflow_operator.model import GROUP, MAX_POOL_NAME, PLURAL, VERSION
+from fireflow_operator.api.model import GROUP, MAX_POOL_NAME, PLURAL, VERSION
 from tests.operator.conftest import (
     OperatorProcess,
     condition,

@@ -11,8 +11,8 @@ from typing import Any
 import yaml
 from kubernetes.client import ApiClient
 
-from fireflow_operator.conditions import set_condition
-from fireflow_operator.crd import CRD_COPIES
+from fireflow_operator.api.conditions import set_condition
+from fireflow_operator.api.crd import CRD_COPIES
 from fireflow_operator.status import StatusDraft
 from tests.kube.cluster import Cluster
 from tests.kube.tools import REPO_ROOT, kubectl_path

@@ -10,8 +10,8 @@ import pytest
 import yaml
 from pydantic import ValidationError
 
-from fireflow_operator.crd import build_crd, render_crd
-from fireflow_operator.model import PoolSpec, parse_spec
+from fireflow_operator.api.crd import build_crd, render_crd
+from fireflow_operator.api.model import PoolSpec, parse_spec
 
 REPO = Path(__file__).resolve().parents[2]
 CRD_FILE = REPO / "crds" / "fireflow.persistent.ai_fireflowworkerpools.yaml"
@@ -19,7 +19,7 @@ MINIMAL = {"image": "fireflow-worker:1", "database": {"secretRef": {"name": "db"
 
 
 def test_should_commit_exactly_the_generated_crd() -> None:
-    assert CRD_FILE.read_text() == render_crd(), "regenerate: python -m fireflow_operator.crd --write"
+    assert CRD_FILE.read_text() == render_crd(), "regenerate: python -m fireflow_operator.api.crd --write"
 
 
 def _spec_schema() -> dict[str, Any]:

@@ -12,8 +12,8 @@ from kubernetes.client import ApiClient, BatchV1Api, CoreV1Api, CustomObjectsApi
 from kubernetes.client.exceptions import ApiException
 from pydantic import ValidationError
 
-from fireflow_operator.builders import Pool, build_migration_job, build_statefulset
-from fireflow_operator.model import GROUP, PLURAL, VERSION, parse_spec
+from fireflow_operator.api.model import GROUP, PLURAL, VERSION, parse_spec
+from fireflow_operator.children.builders import Pool, build_migration_job, build_statefulset
 from tests.operator.conftest import (
     OperatorProcess,
     condition,

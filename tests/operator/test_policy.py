@@ -10,9 +10,10 @@ from typing import Any
 import pytest
 from pydantic import ValidationError
 
-from fireflow_operator import health, policy, queue_settings
-from fireflow_operator.builders import Pool, build_statefulset
-from fireflow_operator.model import parse_spec
+from fireflow_operator.admission import policy, queue_settings
+from fireflow_operator.api.model import parse_spec
+from fireflow_operator.children.builders import Pool, build_statefulset
+from fireflow_operator.rollout import health
 
 BASE = {"image": "fireflow-worker:1", "database": {"secretRef": {"name": "db"}}}
 

@@ -8,13 +8,13 @@ import pytest
 from pydantic import ValidationError
 
 from fireflow_contract import executor_ids
-from fireflow_operator import names
-from fireflow_operator.builders import Pool, build_migration_job, build_pdb, build_statefulset, wants_pdb
+from fireflow_operator.api import names
+from fireflow_operator.api.model import RESERVED_ENV, parse_spec, worker_processes
+from fireflow_operator.capacity.scaling import plan_replicas
+from fireflow_operator.children.builders import Pool, build_migration_job, build_pdb, build_statefulset, wants_pdb
+from fireflow_operator.database.recovery import stranded_executors
 from fireflow_operator.kube import merge_patch
-from fireflow_operator.model import RESERVED_ENV, parse_spec, worker_processes
 from fireflow_operator.pool_index import PoolIndex
-from fireflow_operator.recovery import stranded_executors
-from fireflow_operator.scaling import plan_replicas
 
 SPEC = {"image": "fireflow-worker:1", "database": {"secretRef": {"name": "db"}}, "replicas": 3}
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from kubernetes.client import ApiClient, AppsV1Api, BatchV1Api, CoreV1Api, CustomObjectsApi, PolicyV1Api
 
-from fireflow_operator.model import GROUP, PLURAL, VERSION
+from fireflow_operator.api.model import GROUP, PLURAL, VERSION
 from fireflow_worker import migrate
 from tests.operator.conftest import (
     OperatorProcess,

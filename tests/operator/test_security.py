@@ -12,7 +12,7 @@ import pytest
 from kubernetes.client import ApiClient, AppsV1Api, CoreV1Api, CustomObjectsApi, RbacAuthorizationV1Api
 from kubernetes.client.exceptions import ApiException
 
-from fireflow_operator.model import GROUP, PLURAL, VERSION
+from fireflow_operator.api.model import GROUP, PLURAL, VERSION
 from tests.operator.conftest import (
     OperatorProcess,
     condition,

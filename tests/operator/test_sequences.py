@@ -24,7 +24,7 @@ import psycopg
 import pytest
 from kubernetes.client import ApiClient, BatchV1Api, CoreV1Api, CustomObjectsApi
 
-from fireflow_operator.model import GROUP, PLURAL, VERSION
+from fireflow_operator.api.model import GROUP, PLURAL, VERSION
 from fireflow_worker.client import FireflowClient
 from tests.operator.conftest import (
     OperatorProcess,

@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
-from fireflow_operator import names, progress
-from fireflow_operator.versions import CURRENT, RETIRING, Version, plan_retirement, switch_to
+from fireflow_operator.api import names
+from fireflow_operator.rollout import progress
+from fireflow_operator.rollout.versions import CURRENT, RETIRING, Version, plan_retirement, switch_to
 
 
 def test_should_give_a_new_version_its_own_statefulset_and_retire_the_old_one() -> None:

@@ -19,13 +19,12 @@ from fireflow_contract.migration_summary import MigrationSummary
 from fireflow_worker import migrate
 from fireflow_worker.client_cli import client_main
 from fireflow_worker.config import ConfigError, load_config
+from fireflow_worker.processes import SUPERVISOR_PID_ENV
 
 __all__ = ["client_main", "worker_main"]
 
 EXIT_USAGE = 2
 PR_SET_PDEATHSIG = 1
-# Set by the supervisor in the environment of the worker processes it starts (see supervisor.py).
-SUPERVISOR_PID_ENV = "FIREFLOW_SUPERVISOR_PID"
 
 
 def _fail_usage(message: str) -> int:

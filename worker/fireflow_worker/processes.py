@@ -22,6 +22,8 @@ from fireflow_contract.executor_ids import MAX_PROCESSES
 # health server bound. The process binds port 0: a port chosen for it beforehand could be taken in between by
 # any outgoing connection of the pod (ephemeral ports come from the same range), and the pod would fail.
 HEALTH_PORT_FD_ENV = "FIREFLOW_HEALTH_PORT_FD"
+# Set by the supervisor in the environment of the worker processes it starts (see supervisor.py).
+SUPERVISOR_PID_ENV = "FIREFLOW_SUPERVISOR_PID"
 
 
 def cgroup_cpu_limit(cpu_max: str | None, cfs_quota: str | None, cfs_period: str | None) -> float | None:

@@ -40,10 +40,9 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from fireflow_contract import logformat
 from fireflow_contract.executor_ids import child_executor_id
-from fireflow_worker.cli import SUPERVISOR_PID_ENV
 from fireflow_worker.config import WorkerConfig
 from fireflow_worker.health import NOT_FOUND, Reply, probe_handler
-from fireflow_worker.processes import HEALTH_PORT_FD_ENV
+from fireflow_worker.processes import HEALTH_PORT_FD_ENV, SUPERVISOR_PID_ENV
 
 log = logging.getLogger("fireflow.supervisor")
 

@@ -16,39 +16,10 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 
+from fireflow_operator.database.facts import DatabaseFacts, Usage
+
 MIGRATION_JOB_CONNECTIONS = 3
 SERVER, DATABASE, ROLE = "server", "database", "role"
-
-
-@dataclass(frozen=True)
-class Usage:
-    """Connections in use by others (not a known pool, not the operator) in each scope."""
-
-    server: int
-    database: int
-    role: int
-
-
-@dataclass(frozen=True)
-class DatabaseFacts:
-    """What the operator read from the server."""
-
-    server: str  # the server's identity: its system identifier, else host:port
-    database: str
-    role: str
-    superuser: bool
-    max_connections: int
-    superuser_reserved: int
-    reserved: int
-    database_limit: int  # -1: none
-    role_limit: int  # -1: none
-    others: Usage
-    schema_version: int
-    foreign_applications: tuple[str, ...]
-
-    @property
-    def database_key(self) -> str:
-        return f"{self.server}/{self.database}"
 
 
 @dataclass(frozen=True)

@@ -15,10 +15,13 @@ from typing import Any
 
 from kubernetes.client.exceptions import ApiException
 
-from fireflow_operator import conditions, health, names, observe, progress, recovery, versions, versions_db
-from fireflow_operator.builders import Pool, build_statefulset
-from fireflow_operator.dbprobe import DatabaseQueryError, DatabaseUnreachableError
+from fireflow_operator.api import conditions, names
+from fireflow_operator.children.builders import Pool, build_statefulset
+from fireflow_operator.database import recovery, versions_db
+from fireflow_operator.database.dbprobe import DatabaseQueryError, DatabaseUnreachableError
 from fireflow_operator.kube import Kube, read_or_none
+from fireflow_operator.migration import observe
+from fireflow_operator.rollout import health, progress, versions
 from fireflow_operator.settings import OperatorSettings
 from fireflow_operator.status import StatusDraft
 

@@ -4,14 +4,14 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from fireflow_operator import conditions as c
-from fireflow_operator import migration
-from fireflow_operator.migration import MigrationStep
+from fireflow_operator.api import conditions as c
+from fireflow_operator.migration import machine
+from fireflow_operator.migration.machine import MigrationStep
 
 _IN_FLIGHT_REASONS = {
-    migration.PLANNING: c.REASON_PLANNING,
-    migration.DRAINING: c.REASON_DRAINING,
-    migration.APPLYING: c.REASON_MIGRATING,
+    machine.PLANNING: c.REASON_PLANNING,
+    machine.DRAINING: c.REASON_DRAINING,
+    machine.APPLYING: c.REASON_MIGRATING,
 }
 
 
@@ -48,7 +48,7 @@ def summarize(
     if step.failure:
         reason = _failure_reason(step)
         conds += [(c.SCHEMA_READY, False, reason, step.failure), (c.DEGRADED_CONDITION, True, reason, step.failure)]
-    elif phase_name == migration.DONE:
+    elif phase_name == machine.DONE:
         conds.append((c.SCHEMA_READY, True, c.REASON_SCHEMA_CURRENT, f"schema version {schema_version}"))
     else:
         reason = _IN_FLIGHT_REASONS[phase_name]
@@ -60,7 +60,7 @@ def summarize(
     elif not step.failure:
         conds.append((c.DEGRADED_CONDITION, False, c.REASON_HEALTHY, "no problem found"))
     rolled = updated >= target and replicas == target
-    progressing = phase_name != migration.DONE or not rolled or ready != target
+    progressing = phase_name != machine.DONE or not rolled or ready != target
     conds.append((
         c.PROGRESSING, progressing, c.REASON_ROLLING_OUT if progressing else c.REASON_STABLE,
         f"{ready}/{target} ready, migration {phase_name}",
@@ -74,10 +74,10 @@ def summarize(
         conds.append((c.READY, True, reason, counts))
         phase, phase_reason = c.RUNNING, reason
     else:
-        doing = "rollout in progress" if phase_name == migration.DONE else f"migration {phase_name}"
+        doing = "rollout in progress" if phase_name == machine.DONE else f"migration {phase_name}"
         conds.append((c.READY, False, c.REASON_REPLICAS_NOT_READY, f"{counts}; {doing}"))
         phase, phase_reason = (
-            (c.PENDING, c.REASON_REPLICAS_NOT_READY) if phase_name == migration.DONE else (c.MIGRATING, phase_name)
+            (c.PENDING, c.REASON_REPLICAS_NOT_READY) if phase_name == machine.DONE else (c.MIGRATING, phase_name)
         )
     if pod_problem and not step.failure:
         conds = [cond for cond in conds if cond[0] != c.READY]

@@ -12,7 +12,7 @@ from typing import Any
 
 from prometheus_client import Gauge
 
-from fireflow_operator import metrics
+from fireflow_operator.observability import metrics
 
 # metric -> its label names after (namespace, pool)
 Labels = tuple[str, ...]

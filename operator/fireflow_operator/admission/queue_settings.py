@@ -12,9 +12,9 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from fireflow_operator import conditions
-from fireflow_operator.model import QUEUES, PoolSpec, parse_spec
-from fireflow_operator.policy import Refusal
+from fireflow_operator.admission.policy import Refusal
+from fireflow_operator.api import conditions
+from fireflow_operator.api.model import QUEUES, PoolSpec, parse_spec
 
 EXECUTIONS, BACKGROUND, SANDBOX, TERMINAL = QUEUES
 

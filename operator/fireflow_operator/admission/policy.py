@@ -13,9 +13,9 @@ from dataclasses import dataclass
 from psycopg.conninfo import conninfo_to_dict
 
 from fireflow_contract.dburl import url_problem
-from fireflow_operator import conditions
-from fireflow_operator.dsn import libpq_dsn
-from fireflow_operator.model import PoolSpec
+from fireflow_operator.api import conditions
+from fireflow_operator.api.model import PoolSpec
+from fireflow_operator.database.dsn import libpq_dsn
 
 SHARED_SECRET_LABEL = "fireflow.persistent.ai/usable-by-pools"
 DEFAULT_SERVICE_ACCOUNT = "default"

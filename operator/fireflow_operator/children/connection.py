@@ -14,8 +14,8 @@ from typing import Any
 
 from kubernetes.client.exceptions import ApiException
 
-from fireflow_operator import names
-from fireflow_operator.builders import Pool
+from fireflow_operator.api import names
+from fireflow_operator.children.builders import Pool
 from fireflow_operator.kube import Kube, read_or_none, secret_data
 
 

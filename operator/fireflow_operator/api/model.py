@@ -16,7 +16,7 @@ from pydantic import ConfigDict, Field, model_validator
 
 from fireflow_contract import queues, worker_variables
 from fireflow_contract.executor_ids import MAX_PROCESSES
-from fireflow_operator.k8s_types import (
+from fireflow_operator.api.k8s_types import (
     DNS_SUBDOMAIN,
     ContainerSecurityContext,
     EnvVar,

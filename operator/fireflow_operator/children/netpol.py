@@ -7,7 +7,7 @@ from typing import Any
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
-from fireflow_operator.builders import Pool, build_network_policy, network_policy_name
+from fireflow_operator.children.builders import Pool, build_network_policy, network_policy_name
 from fireflow_operator.kube import HASH_ANNOTATION, Kube, content_hash, read_or_none
 
 STATUS_KEY = "networkPolicy"  # in the pool's status while the operator keeps one, so that off deletes it

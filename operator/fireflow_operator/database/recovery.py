@@ -14,8 +14,8 @@ from collections.abc import Iterable
 import psycopg
 
 from fireflow_contract import executor_ids
-from fireflow_operator.dbprobe import DatabaseQueryError, connect
-from fireflow_operator.dsn import libpq_dsn
+from fireflow_operator.database.dbprobe import DatabaseQueryError, connect
+from fireflow_operator.database.dsn import libpq_dsn
 
 
 def stranded_executors(

@@ -11,14 +11,15 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from fireflow_operator import migration, names
+from fireflow_operator.api import names
+from fireflow_operator.migration import machine
 
 
 @dataclass(frozen=True)
 class MigrationJob:
     name: str
     mode: str  # "plan" or "apply"
-    state: migration.JobState  # never "absent"
+    state: machine.JobState  # never "absent"
     created: str  # creationTimestamp, RFC 3339: sorts by time
     target: str  # the rollout target it migrates to (its label)
     online: bool = False  # an apply started while the pool kept serving
@@ -27,7 +28,7 @@ class MigrationJob:
 def round_job_names(pool_name: str, saved: dict[str, object]) -> dict[str, str]:
     """The names of the Jobs of the round recorded in `saved` (status.migration)."""
     target = str(saved.get("target", ""))
-    round_ = migration.job_round(saved)
+    round_ = machine.job_round(saved)
     return {mode: names.migration_job_name(pool_name, mode, target, round_) for mode in ("plan", "apply")}
 
 
@@ -51,7 +52,7 @@ def jobs_to_delete(
     deleting one would make it create the same Job again, running its plan or apply twice."""
     keep: set[str] = set()
     for status in (persisted, working or {}):
-        if status.get("phase") in migration.IN_FLIGHT:
+        if status.get("phase") in machine.IN_FLIGHT:
             keep |= set(round_job_names(pool_name, status).values())
     failed = sorted((j for j in jobs if j.state == "failed"), key=lambda j: (j.created, j.name))
     if failed:

@@ -12,11 +12,12 @@ import time
 from collections import defaultdict
 from typing import Any
 
-from fireflow_operator import jobs, migration, names, observe
-from fireflow_operator.budget import DatabaseFacts
-from fireflow_operator.builders import Pool, build_migration_job
+from fireflow_operator.api import names
+from fireflow_operator.api.model import MigrationStrategy
+from fireflow_operator.children.builders import Pool, build_migration_job
+from fireflow_operator.database.facts import DatabaseFacts
 from fireflow_operator.kube import Kube
-from fireflow_operator.model import MigrationStrategy
+from fireflow_operator.migration import jobs, machine, observe
 from fireflow_operator.settings import OperatorSettings
 from fireflow_operator.status import StatusDraft
 
@@ -29,7 +30,7 @@ class MigrationGate:
 
     def step(
         self, pool: Pool, facts: DatabaseFacts, draft: StatusDraft, sts: Any, live_pods: dict[str, int]
-    ) -> migration.MigrationStep:
+    ) -> machine.MigrationStep:
         """Advance the migration gate one step, create the Job it asks for, and clean up finished Jobs."""
         spec, namespace = pool.spec, pool.namespace
         target = names.target_hash(spec.image, spec.dbos.application_version)
@@ -42,8 +43,8 @@ class MigrationGate:
             listed = observe.pool_jobs(self.kube, namespace, pool.name)
             records = [observe.as_migration_job(job) for job in listed.values()]
             stale = jobs.stale_apply(records, round_names["apply"])
-            step = migration.next_step(
-                migration.MigrationInput(
+            step = machine.next_step(
+                machine.MigrationInput(
                     target=target,
                     current_target=draft.new.get("currentTarget") if sts is not None else None,
                     migration=saved,
@@ -69,7 +70,7 @@ class MigrationGate:
                     mode=step.create_job,
                     image=spec.image,
                     target=target,
-                    round_=migration.job_round(step.migration),
+                    round_=machine.job_round(step.migration),
                     database_label=database_label,
                     online=bool(step.migration.get("online")),
                 )

@@ -8,8 +8,13 @@ from typing import Any
 from pydantic import BaseModel
 
 from fireflow_contract import executor_ids, worker_variables
-from fireflow_operator import names
-from fireflow_operator.model import DEFAULT_MIGRATION_RESOURCES, DEFAULT_WORKER_RESOURCES, PoolSpec, worker_processes
+from fireflow_operator.api import names
+from fireflow_operator.api.model import (
+    DEFAULT_MIGRATION_RESOURCES,
+    DEFAULT_WORKER_RESOURCES,
+    PoolSpec,
+    worker_processes,
+)
 
 WORKER_UID = 10001
 WRITABLE_TMP = "/tmp"  # noqa: S108 - an emptyDir, the only writable path under a read-only root

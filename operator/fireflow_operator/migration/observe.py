@@ -5,14 +5,15 @@ from __future__ import annotations
 from typing import Any
 
 from fireflow_contract.migration_summary import MigrationSummary
-from fireflow_operator import migration, names
-from fireflow_operator.jobs import MigrationJob
+from fireflow_operator.api import names
 from fireflow_operator.kube import Kube
+from fireflow_operator.migration import machine
+from fireflow_operator.migration.jobs import MigrationJob
 
 APPLY_COMPONENT = "migration-apply"
 
 
-def job_state(job: Any) -> migration.JobState:
+def job_state(job: Any) -> machine.JobState:
     for cond in (job.status.conditions if job.status is not None else None) or []:
         if cond.status == "True" and cond.type == "Complete":
             return "succeeded"
@@ -46,13 +47,13 @@ def pool_jobs(kube: Kube, namespace: str, pool_name: str) -> dict[str, Any]:
     }
 
 
-def observation(kube: Kube, namespace: str, job: Any | None) -> migration.JobObservation:
+def observation(kube: Kube, namespace: str, job: Any | None) -> machine.JobObservation:
     """A Job's state and, once it finished, the summary line its container left as termination message."""
     if job is None:
-        return migration.ABSENT
+        return machine.ABSENT
     state = job_state(job)
     if state == "running":
-        return migration.JobObservation(state)
+        return machine.JobObservation(state)
     message = ""
     for pod in kube.job_pods(namespace, str(job.metadata.name)):
         for status in pod.status.container_statuses or []:
@@ -63,7 +64,7 @@ def observation(kube: Kube, namespace: str, job: Any | None) -> migration.JobObs
     if not message:
         failed = next((c for c in job.status.conditions or [] if c.type == "Failed"), None)
         message = f"{failed.reason}: {failed.message}" if failed is not None else ""
-    return migration.JobObservation(state, summary, message[-1000:])
+    return machine.JobObservation(state, summary, message[-1000:])
 
 
 def database_apply_running(

@@ -12,21 +12,15 @@ import threading
 import time
 from typing import Any
 
-from fireflow_operator import conditions, migration
-from fireflow_operator.budget import (
-    Budget,
-    DatabaseFacts,
-    PoolNeed,
-    Usage,
-    compute_budget,
-    pool_need,
-    same_decision,
-)
-from fireflow_operator.builders import Pool
-from fireflow_operator.model import worker_processes
-from fireflow_operator.scaling import ReplicaPlan, plan_replicas
+from fireflow_operator.api import conditions
+from fireflow_operator.api.model import worker_processes
+from fireflow_operator.capacity.budget import Budget, PoolNeed, compute_budget, pool_need, same_decision
+from fireflow_operator.capacity.scaling import ReplicaPlan, plan_replicas
+from fireflow_operator.capacity.usage import UsageHistory
+from fireflow_operator.children.builders import Pool
+from fireflow_operator.database.facts import DatabaseFacts, Usage
+from fireflow_operator.migration import machine
 from fireflow_operator.status import StatusDraft
-from fireflow_operator.usage import UsageHistory
 
 
 class BudgetKeeper:
@@ -57,7 +51,7 @@ class BudgetKeeper:
         pools: list[dict[str, Any]],
         draft: StatusDraft,
         sts: Any,
-        step: migration.MigrationStep,
+        step: machine.MigrationStep,
         retiring_replicas: int = 0,
     ) -> tuple[ReplicaPlan, str | None]:
         """Replicas of the current version: desired by the spec (or its autoscaler), clamped by the budget left

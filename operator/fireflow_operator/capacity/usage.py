@@ -11,7 +11,7 @@ from collections import deque
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
-from fireflow_operator.budget import Usage
+from fireflow_operator.database.facts import Usage
 
 
 @dataclass(frozen=True)

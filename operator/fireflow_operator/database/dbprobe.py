@@ -13,9 +13,9 @@ from collections.abc import Iterable
 import psycopg
 
 from fireflow_contract.executor_ids import APPLICATION_NAME_BYTES, WORKER_CONNECTION_PREFIX
-from fireflow_operator.budget import DatabaseFacts, Usage
-from fireflow_operator.dsn import libpq_dsn
-from fireflow_operator.names import MIGRATION_APPLICATION_NAME, OPERATOR_APPLICATION_NAME
+from fireflow_operator.api.names import MIGRATION_APPLICATION_NAME, OPERATOR_APPLICATION_NAME
+from fireflow_operator.database.dsn import libpq_dsn
+from fireflow_operator.database.facts import DatabaseFacts, Usage
 
 
 class DatabaseUnreachableError(Exception):

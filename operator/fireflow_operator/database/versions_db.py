@@ -11,8 +11,8 @@ from typing import Any
 
 import psycopg
 
-from fireflow_operator.dbprobe import DatabaseQueryError, connect
-from fireflow_operator.dsn import libpq_dsn
+from fireflow_operator.database.dbprobe import DatabaseQueryError, connect
+from fireflow_operator.database.dsn import libpq_dsn
 
 
 def runs_left(

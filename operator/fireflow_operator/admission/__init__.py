@@ -1,0 +1,1 @@
+"""What a pool author may get through the operator, decided before anything is built (pure)."""

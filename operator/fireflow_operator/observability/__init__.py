@@ -1,0 +1,1 @@
+"""The operator's own metrics and every pool's status as Prometheus series."""

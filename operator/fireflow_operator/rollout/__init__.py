@@ -1,0 +1,1 @@
+"""A pool's versions and their StatefulSets: versioned rollouts, progress deadlines, pod problems."""

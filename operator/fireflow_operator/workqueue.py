@@ -1,0 +1,130 @@
+"""The operator's running parts and its work queue (I/O): one pool's reconciles never overlap (a lock per
+pool), a reconcile may ask to be run again after a delay (at most one wake-up per pool, the earliest), and what
+a finished reconcile tells the metrics and the pool's events. A failed reconcile is logged and retried after
+`resync_seconds`, never in a hot loop. `handlers.py` registers kopf's triggers; they all end here.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from typing import Any
+
+import kopf
+from kubernetes import client, config
+
+from fireflow_contract import logformat, telemetry
+from fireflow_operator.api import conditions
+from fireflow_operator.api.model import GROUP, PLURAL, VERSION
+from fireflow_operator.finalizer import finalize, report_waiting
+from fireflow_operator.kube import Kube
+from fireflow_operator.observability import metrics
+from fireflow_operator.observability.pool_metrics import PoolSeries
+from fireflow_operator.pool_index import PoolIndex
+from fireflow_operator.reconcile import Reconciler
+from fireflow_operator.settings import OperatorSettings
+
+log = logging.getLogger("fireflow.operator")
+Key = tuple[str, str]  # (namespace, pool name)
+_PHASES = ("Pending", "Migrating", "Running", "Degraded")
+
+
+def kubernetes_client() -> client.ApiClient:
+    """In a pod its service account, elsewhere the kubeconfig."""
+    try:
+        config.load_incluster_config()  # type: ignore[no-untyped-call]
+    except config.ConfigException:
+        config.load_kube_config()  # type: ignore[no-untyped-call]
+    return client.ApiClient()
+
+
+class PoolWorkQueue:
+    def __init__(self, settings: OperatorSettings, api: client.ApiClient) -> None:
+        self.settings = settings
+        self.kube = Kube.from_client(api)
+        self.pool_index = self.kube.pool_index = PoolIndex()
+        self.reconciler = Reconciler(self.kube, settings)
+        self._series = PoolSeries()
+        self._locks: dict[Key, asyncio.Lock] = {}
+        self._requeues: dict[Key, asyncio.TimerHandle] = {}
+        self._phases: dict[Key, str] = {}
+
+    async def reconcile(self, namespace: str, name: str) -> None:
+        logformat.enter_pool(namespace, name)  # this line and kopf's about the handler name the pool
+        with telemetry.span("reconcile", {"k8s.namespace.name": namespace, "fireflow.pool": name}):
+            await self._reconcile(namespace, name)
+
+    async def finalize(self, body: kopf.Body) -> None:
+        """Let a deleted pool go once its runs are handed back; else say why on the pool and raise kopf's retry."""
+        waiting = await asyncio.to_thread(finalize, self.kube, self.settings, dict(body))
+        if waiting is None:
+            return
+        # Said where users look (the conditions, and an event when that changes), then looked at again.
+        changed = await asyncio.to_thread(report_waiting, self.kube, dict(body), waiting)
+        if waiting.blocked:
+            kopf.warn(body, reason=conditions.REASON_RUNS_NOT_RECOVERED, message=waiting.message)
+            raise kopf.TemporaryError(waiting.message, delay=30)
+        if changed:
+            kopf.info(body, reason=conditions.REASON_DELETING, message=waiting.message)
+        raise kopf.TemporaryError(waiting.message, delay=waiting.retry_seconds)
+
+    async def _reconcile(self, namespace: str, name: str) -> None:
+        key = (namespace, name)
+        async with self._locks.setdefault(key, asyncio.Lock()):
+            started = time.monotonic()
+            try:
+                fetched: Any = await asyncio.to_thread(
+                    self.kube.custom.get_namespaced_custom_object, GROUP, VERSION, namespace, PLURAL, name
+                )
+            except client.ApiException as err:
+                if err.status == 404:
+                    self._forget(key)
+                    return
+                raise
+            body: dict[str, Any] = fetched
+            if body["metadata"].get("deletionTimestamp"):
+                return
+            try:
+                outcome = await asyncio.to_thread(self.reconciler.reconcile, body)
+            except Exception as err:
+                if isinstance(err, client.ApiException) and err.status == 403 and "being terminated" in str(err.body):
+                    return  # the namespace is going: only the finalizer has work left, and it runs on its own
+                metrics.RECONCILES.labels("error").inc()
+                telemetry.record_failure(err)
+                delay = self.settings.resync_seconds
+                log.exception("reconcile of %s/%s failed; retrying in %s s", namespace, name, delay)
+                self._requeue(key, delay)
+                return
+            finally:
+                metrics.RECONCILE_SECONDS.observe(time.monotonic() - started)
+            metrics.RECONCILES.labels("ok").inc()
+            self._phases[key] = outcome.phase
+            for phase in _PHASES:
+                metrics.POOLS.labels(phase).set(sum(1 for p in self._phases.values() if p == phase))
+            metrics.RECOVERED_RUNS.inc(outcome.recovered_runs)
+            if outcome.allowed_replicas is not None:
+                metrics.BUDGET_ALLOWED.labels(namespace, name).set(outcome.allowed_replicas)
+            self._series.update(namespace, name, outcome.status)
+            for kind, reason, message in outcome.events:
+                kopf.event(kopf.Body(body), type=kind, reason=reason, message=message)  # type: ignore[arg-type]
+            if outcome.requeue_seconds is not None:
+                self._requeue(key, outcome.requeue_seconds)
+
+    def _forget(self, key: Key) -> None:
+        """A deleted pool leaves no lock, phase or stale series behind."""
+        self._locks.pop(key, None)
+        self._phases.pop(key, None)
+        with contextlib.suppress(KeyError):
+            metrics.BUDGET_ALLOWED.remove(*key)
+        self._series.forget(*key)
+
+    def _requeue(self, key: Key, delay: float) -> None:
+        loop = asyncio.get_running_loop()
+        pending = self._requeues.get(key)
+        if pending is not None and not pending.cancelled() and pending.when() <= loop.time() + delay:
+            return
+        if pending is not None:
+            pending.cancel()
+        self._requeues[key] = loop.call_later(delay, lambda: asyncio.ensure_future(self.reconcile(*key)))
