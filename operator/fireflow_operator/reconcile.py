@@ -17,6 +17,7 @@ from pydantic import ValidationError
 from fireflow_operator.admission import policy, queue_settings
 from fireflow_operator.api import conditions, names
 from fireflow_operator.api.model import parse_spec
+from fireflow_operator.api.pool_status import parse_status
 from fireflow_operator.capacity.scaling import ReplicaPlan
 from fireflow_operator.capacity.sizing import BudgetKeeper
 from fireflow_operator.children import connection, netpol
@@ -66,6 +67,8 @@ class Reconciler:
         draft = StatusDraft.start(body)
         self._reconcile(body, draft)
         draft.transition_events()
+        # Every field is declared (the API server would drop one that is not): a drift fails here, loudly.
+        parse_status(draft.new)
         self.kube.write_status(draft.namespace, draft.name, draft.old, draft.new)
         draft.outcome.status = draft.new
         return draft.outcome

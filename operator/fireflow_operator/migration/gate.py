@@ -85,4 +85,6 @@ class MigrationGate:
             )
         if step.schema_version is not None:
             draft.new["schemaVersion"] = step.schema_version
+        if step.migration.get("requiredVersion"):
+            draft.new["requiredSchemaVersion"] = int(step.migration["requiredVersion"])
         return step
