@@ -59,7 +59,8 @@ def test_should_parse_what_every_writer_puts_in_the_status() -> None:
             "requiredSchemaVersion": 125, "targetImage": "fireflow-worker:2", "currentTarget": "t1",
             "currentImage": "fireflow-worker:1", "currentApplicationVersion": "1", "latestVersion": "1",
             "recoveredRuns": 4, "conditions": conds, "migration": migration, "rollout": stuck.rollout,
-            "versions": [version.as_status(), retiring.as_status()],
+            "versions": [{**version.as_status(), "statefulSet": "pool", "replicas": 2, "readyReplicas": 1},
+                         {**retiring.as_status(), "runsLeft": {"pending": 1, "enqueued": 0}}],
             "connectionBudget": budget.as_status(desired=2, allowed=2, retiring=1),
         })  # fmt: skip
         assert status.migration is not None and status.migration.phase == migration["phase"]

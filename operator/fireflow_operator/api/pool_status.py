@@ -67,8 +67,13 @@ class RolloutStatus(StatusModel):
     previous: PreviousTarget | None = Field(None, description="What a rollback restores.")
 
 
+class RunsLeft(StatusModel):
+    pending: int = Field(description="Its PENDING runs, as the database counts them.")
+    enqueued: int = Field(description="Its ENQUEUED runs.")
+
+
 class VersionStatus(StatusModel):
-    """One application version and its StatefulSet (rollout/versions.py)."""
+    """One application version and its StatefulSet (rollout/versions.py; rollout/fleet.py adds what it observed)."""
 
     application_version: str = Field(description="The DBOS application version.")
     index: int = Field(description="0 for the StatefulSet named after the pool, N for <pool>-vN.")
@@ -77,6 +82,10 @@ class VersionStatus(StatusModel):
     max_replicas: int | None = Field(None, description="A retiring version's size when it stopped being current.")
     retiring_since: float | None = Field(None, description="When it started retiring (Unix seconds).")
     forked: bool | None = Field(None, description="Its runs left after spec.rollout.retireAfterSeconds were forked.")
+    stateful_set: str | None = Field(None, description="The StatefulSet of its pods.")
+    replicas: int | None = Field(None, description="Its pods.")
+    ready_replicas: int | None = Field(None, description="Its pods that are Ready.")
+    runs_left: RunsLeft | None = Field(None, description="A retiring version's runs left.")
 
 
 class ConnectionBudgetStatus(StatusModel):
