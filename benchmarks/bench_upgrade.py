@@ -17,7 +17,7 @@ import uuid
 from fireflow_worker.local_postgres import LocalPostgres
 from tests.kube.cluster import LocalCluster
 from tests.kube.plugin import fresh_namespace
-from tests.operator.conftest import (
+from tests.support.pools import (
     OperatorProcess,
     condition,
     create_pool,

@@ -23,7 +23,7 @@ from fireflow_worker import migrate
 from fireflow_worker.client import FireflowClient
 from fireflow_worker.local_postgres import LocalPostgres
 from tests.kube.plugin import fresh_namespace
-from tests.operator.conftest import (
+from tests.support.pools import (
     OperatorProcess,
     assert_no_secret,
     condition,
