@@ -23,8 +23,8 @@ import pytest
 import yaml
 from kubernetes.client import ApiClient
 
+from fireflow_local.postgres import free_port
 from fireflow_worker.client import FireflowClient
-from fireflow_worker.local_postgres import free_port
 from tests.chart.chart import CHART_DIR, render
 from tests.kube.cluster import Cluster
 from tests.kube.tools import REPO_ROOT

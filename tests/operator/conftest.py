@@ -7,7 +7,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from fireflow_worker.local_postgres import LocalPostgres
+from fireflow_local.postgres import LocalPostgres
 from tests.kube.cluster import Cluster
 from tests.support.pools import OperatorProcess
 

@@ -11,9 +11,9 @@ import psycopg
 import pytest
 from kubernetes.client import ApiClient, AppsV1Api, BatchV1Api, CoreV1Api, PolicyV1Api
 
+from fireflow_local.postgres import LocalPostgres
 from fireflow_worker import migrate
 from fireflow_worker.client import FireflowClient
-from fireflow_worker.local_postgres import LocalPostgres
 from tests.operator.recorder import Recorder, violations, worker_pods
 from tests.support.pools import (
     OperatorProcess,

@@ -18,8 +18,8 @@ import psycopg
 from kubernetes.client import ApiClient, CoreV1Api, CustomObjectsApi
 from kubernetes.client.exceptions import ApiException
 
+from fireflow_local.postgres import free_port
 from fireflow_operator.api.model import GROUP, PLURAL, VERSION
-from fireflow_worker.local_postgres import free_port
 from tests.kube.cluster import Cluster
 
 OPERATOR_BIN = str(Path(sys.executable).with_name("fireflow-operator"))

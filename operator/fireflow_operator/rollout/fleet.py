@@ -235,11 +235,7 @@ class Fleet:
         draft.new["rollout"] = verdict.rollout
         if verdict.roll_back:
             previous = verdict.rollout["previous"]
-            draft.new.update(
-                currentTarget=previous["target"],
-                currentImage=previous["image"],
-                currentApplicationVersion=previous["applicationVersion"],
-            )
+            draft.set_current(previous["target"], previous["image"], previous["applicationVersion"])
             replicas = int(draft.new.get("desiredReplicas") or 0)
             draft.new["versions"] = [v.as_status() for v in self.roll_out(draft, listed, replicas)]
             draft.event("Warning", conditions.REASON_ROLLOUT_STUCK, verdict.stuck or "")
