@@ -51,6 +51,12 @@ def tree_pids(roots: Iterable[int]) -> set[int]:
     return _members(roots, _all_stats())
 
 
+def process_cpu_seconds(pid: int) -> float | None:
+    """User + system CPU seconds so far of one process (its threads included), None once it is gone."""
+    stat = _stat(pid)
+    return None if stat is None else stat[1]
+
+
 def tree_cpu_seconds(roots: Iterable[int]) -> float:
     """User + system CPU seconds so far of the live processes in the trees rooted at `roots`."""
     stats = _all_stats()

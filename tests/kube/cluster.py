@@ -62,6 +62,11 @@ class Cluster(ABC):
     kubeconfig: Path
     api: ApiClient
 
+    @property
+    def operator_kubeconfig(self) -> Path:
+        """The kubeconfig an operator run as a process uses (local: a user of its own, for the audit log)."""
+        return self.kubeconfig
+
     @abstractmethod
     def image(self, name: str) -> str:
         """The image reference for a project image (`fireflow-worker`, `fireflow-operator`)."""
@@ -146,8 +151,8 @@ class _FileFollower(LogFollower):
 class LocalCluster(Cluster):
     mode = "local"
 
-    def __init__(self, binaries: Binaries | None = None) -> None:
-        self.control_plane = ControlPlane(binaries)
+    def __init__(self, binaries: Binaries | None = None, *, audit: bool = False) -> None:
+        self.control_plane = ControlPlane(binaries, audit=audit)
         self.kubeconfig = self.control_plane.kubeconfig
         self.node: ProcessNode | None = None
 
@@ -162,6 +167,10 @@ class LocalCluster(Cluster):
             self.stop()
             raise
         return self
+
+    @property
+    def operator_kubeconfig(self) -> Path:
+        return self.control_plane.operator_kubeconfig
 
     def image(self, name: str) -> str:
         return f"{name}:dev"  # any tag: the process node matches the basename

@@ -3,6 +3,10 @@
     with ControlPlane() as cp:
         ...  # cp.kubeconfig is an admin (system:masters) kubeconfig
 
+`cp.operator_kubeconfig` has the same rights under a user of its own (`OPERATOR_USER`), so that the audit log
+(opt-in: `ControlPlane(audit=True)`, then `cp.audit`) tells the operator's requests from the tests' own: both
+use the kubernetes client, whose userAgent is the same.
+
 Everything lives in one temporary directory (certificates, etcd data, logs) that `stop()` removes
 after every process group has exited. No scheduler runs: the process node binds pods itself.
 """
@@ -20,6 +24,7 @@ import time
 from pathlib import Path
 from types import TracebackType
 
+from .audit import AuditLog, apiserver_flags, write_policy
 from .kubeconfig import write_kubeconfig
 from .netutil import LOOPBACK, free_port, http_ok, wait_until
 from .pki import CertificateAuthority, KeyPair, service_account_keys
@@ -27,6 +32,7 @@ from .tools import Binaries
 
 SERVICE_CIDR = "10.96.0.0/24"  # bookkeeping only: nothing routes ClusterIPs here
 SA_ISSUER = "https://kubernetes.default.svc.cluster.local"
+OPERATOR_USER = "fireflow-operator-under-test"
 
 
 class Component:
@@ -83,7 +89,7 @@ def _reap_group(pgid: int) -> None:
 
 
 class ControlPlane:
-    def __init__(self, binaries: Binaries | None = None, workdir: Path | None = None) -> None:
+    def __init__(self, binaries: Binaries | None = None, workdir: Path | None = None, *, audit: bool = False) -> None:
         self.binaries = binaries or Binaries.locate()
         self._owns_workdir = workdir is None
         self.workdir = workdir or Path(tempfile.mkdtemp(prefix="fireflow-controlplane-"))
@@ -93,6 +99,8 @@ class ControlPlane:
         self.apiserver_port = free_port()
         self.server = f"https://{LOOPBACK}:{self.apiserver_port}"
         self.kubeconfig = self.workdir / "admin.kubeconfig"
+        self.operator_kubeconfig = self.workdir / "operator.kubeconfig"
+        self.audit = AuditLog(self.workdir / "audit.log") if audit else None
         self.ca_file = self.pki_dir / "ca.crt"
         self.admin_cert: KeyPair | None = None
 
@@ -123,6 +131,11 @@ class ControlPlane:
             server_ips=(LOOPBACK,),
         )
         admin = ca.issue("admin", "fireflow-admin", organizations=("system:masters",))
+        operator = ca.issue("operator", OPERATOR_USER, organizations=("system:masters",))
+        write_kubeconfig(
+            self.operator_kubeconfig, self.server, ca.pair.cert,
+            user="operator", cert_file=operator.cert, key_file=operator.key,
+        )  # fmt: skip
         kcm_cert = ca.issue("controller-manager", "system:kube-controller-manager")
         self.admin_cert = admin
         write_kubeconfig(
@@ -161,6 +174,7 @@ class ControlPlane:
                 "--endpoint-reconciler-type=none",
                 "--allow-privileged=true",
                 "--profiling=false",
+                *self._audit_flags(),
             ],
         )
         admin_tls = self.admin_ssl_context()
@@ -199,6 +213,11 @@ class ControlPlane:
             lambda: kcm.check_alive() and http_ok(f"https://{LOOPBACK}:{kcm_port}/healthz", insecure),
             timeout, "kube-controller-manager /healthz",
         )  # fmt: skip
+
+    def _audit_flags(self) -> list[str]:
+        if self.audit is None:
+            return []
+        return apiserver_flags(write_policy(self.workdir / "audit-policy.yaml"), self.audit.path)
 
     def _etcd_args(self) -> list[str]:
         client = f"http://{LOOPBACK}:{self.etcd_port}"

@@ -39,7 +39,7 @@ class OperatorProcess:
     def start(self) -> OperatorProcess:
         env = {
             **os.environ,
-            "KUBECONFIG": str(self.cluster.kubeconfig),
+            "KUBECONFIG": str(self.cluster.operator_kubeconfig),
             "FIREFLOW_OPERATOR_METRICS_HOST": "127.0.0.1",
             "FIREFLOW_OPERATOR_METRICS_PORT": str(free_port()),
             "FIREFLOW_OPERATOR_HEALTH_PORT": str(free_port()),

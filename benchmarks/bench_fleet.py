@@ -1,0 +1,261 @@
+"""What one operator costs per pool as the fleet grows: idle CPU, memory, API requests and bytes, database
+sessions and reconciles, and the time from a spec change to the StatefulSet.
+
+For each fleet size N: a fresh local cluster (the Go-built control plane with its audit log, and the process
+node, tests/kube), one operator as a process (resync at the chart's 30 s), N pools across 5 namespaces (one
+database per namespace on one PostgreSQL; `--active` of them at 1 replica, the others at 0). Once every pool is
+Ready and one resync has passed, an idle window (instruments: benchmarks/fleet.py); then K pools get a new
+`spec.env` value one at a time, each timed until its StatefulSet's template carries it (polled every 20 ms).
+`python -m benchmarks.bench_fleet [--pools 10 50 200] [--window 60] [--changes 20] [--doc docs/benchmarks-fleet.md]`
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import os
+import time
+from collections import Counter
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from kubernetes.client import AppsV1Api, CoreV1Api, CustomObjectsApi
+
+from benchmarks.fleet import (
+    OPERATOR_APPLICATIONS,
+    LogTail,
+    new_sessions,
+    operator_bytes,
+    read_process,
+    read_url,
+    reconciles,
+    response_bytes,
+)
+from fireflow_local.postgres import LocalPostgres
+from fireflow_operator.api.model import GROUP, PLURAL, VERSION
+from fireflow_operator.api.names import statefulset_name
+from tests.kube import rawapi
+from tests.kube.cluster import LocalCluster, wait_for_service_account
+from tests.kube.controlplane import OPERATOR_USER
+from tests.support.pools import QUICK_DBOS, OperatorProcess, condition, create_pool, create_secret, patch_pool
+
+NAMESPACES = 5
+MARK = "FLEET_BENCH_MARK"  # the env value the spec changes set
+DOC_HEADER = "# The operator at fleet scale: measured cost per pool\n"
+
+
+@dataclass
+class Fleet:
+    pools: int
+    settle_seconds: float = 0.0
+    window_seconds: float = 0.0
+    cpu_seconds: float = 0.0
+    rss_mib: float = 0.0
+    requests: int = 0
+    mutating: int = 0
+    kinds: Counter[tuple[str, str, int]] = field(default_factory=Counter)
+    response_bytes: float = 0.0
+    sessions: int = 0
+    other_sessions: int = 0
+    reconciles: float = 0.0
+    latencies: list[float] = field(default_factory=list)
+
+    def per_pool_minute(self, value: float) -> float:
+        return value / self.pools / (self.window_seconds / 60)
+
+    def percentile(self, p: float) -> float:
+        ordered = sorted(self.latencies)
+        return ordered[max(1, min(len(ordered), math.ceil(p / 100 * len(ordered)))) - 1]
+
+
+def _namespaces(cluster: LocalCluster, postgres: LocalPostgres, size: int) -> list[str]:
+    core = CoreV1Api(cluster.api)
+    names = [f"fleet-{index}" for index in range(NAMESPACES)]
+    for index, namespace in enumerate(names):
+        rawapi.call(core.create_namespace, {"metadata": {"name": namespace}})
+        wait_for_service_account(core, namespace)
+        create_secret(cluster.api, namespace, postgres.create_database(f"fleet{size}_{index}"))
+    return names
+
+
+def _pool_names(size: int, namespaces: list[str]) -> list[tuple[str, str]]:
+    return [(namespaces[index % NAMESPACES], f"pool-{index:03d}") for index in range(size)]
+
+
+def _wait_ready(cluster: LocalCluster, namespaces: list[str], size: int, timeout: float) -> None:
+    custom = CustomObjectsApi(cluster.api)
+    deadline = time.monotonic() + timeout
+    while True:
+        ready = sum(
+            condition(pool, "Ready").get("status") == "True"
+            for namespace in namespaces
+            for pool in rawapi.call(custom.list_namespaced_custom_object, GROUP, VERSION, namespace, PLURAL)["items"]
+        )
+        if ready == size:
+            return
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"{ready} of {size} pools Ready after {timeout:.0f} s")
+        time.sleep(2)
+
+
+def _idle_window(fleet: Fleet, cluster: LocalCluster, operator: OperatorProcess, pg_log: Path, window: float) -> None:
+    audit = cluster.control_plane.audit
+    assert audit is not None and operator.process is not None
+    apiserver_metrics = f"{cluster.control_plane.server}/metrics"
+    tls = cluster.control_plane.admin_ssl_context()
+    operator_metrics = f"http://127.0.0.1:{operator.environment['FIREFLOW_OPERATOR_METRICS_PORT']}/metrics"
+    sizes_before, reconciles_before = (
+        response_bytes(read_url(apiserver_metrics, tls)),
+        reconciles(read_url(operator_metrics)),
+    )
+    usage_before, log, since, started = (
+        read_process(operator.process.pid),
+        LogTail(pg_log),
+        datetime.now(UTC),
+        time.monotonic(),
+    )
+    time.sleep(window)
+    until, fleet.window_seconds = datetime.now(UTC), time.monotonic() - started
+    usage = read_process(operator.process.pid)
+    fleet.cpu_seconds, fleet.rss_mib = usage.cpu_seconds - usage_before.cpu_seconds, usage.rss_mib
+    sessions = new_sessions(log.read())
+    fleet.sessions = sum(n for name, n in sessions.items() if name in OPERATOR_APPLICATIONS)
+    fleet.other_sessions = sum(sessions.values()) - fleet.sessions
+    fleet.reconciles = reconciles(read_url(operator_metrics)) - reconciles_before
+    after = response_bytes(read_url(apiserver_metrics, tls))
+    sizes = {key: value - sizes_before.get(key, 0.0) for key, value in after.items()}
+    everyone = audit.requests(since, until)
+    own = [r for r in everyone if r.user == OPERATOR_USER]
+    fleet.requests, fleet.mutating = len(own), sum(r.mutating for r in own)
+    fleet.kinds = Counter((r.verb, r.resource, r.code) for r in own)
+    fleet.response_bytes = operator_bytes(sizes, everyone, OPERATOR_USER)
+
+
+def _env_of(statefulset: Any) -> dict[str, str]:
+    containers = statefulset.spec.template.spec.containers
+    return {e.name: e.value for c in containers for e in c.env or [] if e.value is not None}
+
+
+def _spec_changes(
+    cluster: LocalCluster, pools: list[tuple[str, str]], changes: int, timeout: float = 120.0
+) -> list[float]:
+    apps = AppsV1Api(cluster.api)
+    step = max(1, len(pools) // changes)
+    latencies: list[float] = []
+    for number, (namespace, name) in enumerate(pools[::step][:changes]):
+        value = f"change-{number}"
+        started = time.monotonic()
+        patch_pool(cluster.api, namespace, name, {"env": [{"name": MARK, "value": value}]})
+        while _env_of(apps.read_namespaced_stateful_set(statefulset_name(name), namespace)).get(MARK) != value:
+            if time.monotonic() - started > timeout:
+                raise RuntimeError(f"{namespace}/{name}: the StatefulSet did not follow the spec in {timeout:.0f} s")
+            time.sleep(0.02)
+        latencies.append(time.monotonic() - started)
+    return latencies
+
+
+def measure(postgres: LocalPostgres, size: int, args: argparse.Namespace) -> Fleet:
+    fleet = Fleet(size)
+    cluster = LocalCluster(audit=True).start()
+    try:
+        cluster.apply_crds()
+        namespaces = _namespaces(cluster, postgres, size)
+        operator = OperatorProcess(cluster, FIREFLOW_OPERATOR_RESYNC_SECONDS=str(args.resync)).start()
+        try:
+            started = time.monotonic()
+            pools = _pool_names(size, namespaces)
+            for index, (namespace, name) in enumerate(pools):
+                create_pool(cluster.api, namespace, name, replicas=1 if index < args.active else 0, dbos=QUICK_DBOS)
+            _wait_ready(cluster, namespaces, size, timeout=300 + 10 * size)
+            fleet.settle_seconds = time.monotonic() - started
+            print(f"  {size} pools Ready after {fleet.settle_seconds:.0f} s", flush=True)
+            time.sleep(args.resync + 5)  # one resync of every pool after Ready: what the roll-out left is settled
+            _idle_window(fleet, cluster, operator, postgres.log_path, args.window)
+            fleet.latencies = _spec_changes(cluster, pools, args.changes)
+        finally:
+            operator.stop()
+    finally:
+        cluster.stop()
+    return fleet
+
+
+ROWS: tuple[tuple[str, str, Any], ...] = (
+    ("operator CPU, ms per pool per minute", "{:.0f}", lambda f: f.per_pool_minute(1000 * f.cpu_seconds)),
+    ("operator CPU, % of one core", "{:.1f}", lambda f: 100 * f.cpu_seconds / f.window_seconds),
+    ("operator RSS, MiB (at the end of the window)", "{:.0f}", lambda f: f.rss_mib),
+    ("RSS per pool, MiB", "{:.2f}", lambda f: f.rss_mib / f.pools),
+    ("API requests per pool per minute", "{:.2f}", lambda f: f.per_pool_minute(f.requests)),
+    ("mutating API requests per pool per minute", "{:.2f}", lambda f: f.per_pool_minute(f.mutating)),
+    ("API response bytes per pool per minute (GET/LIST)", "{:,.0f}", lambda f: f.per_pool_minute(f.response_bytes)),
+    ("new database sessions per pool per minute", "{:.2f}", lambda f: f.per_pool_minute(f.sessions)),
+    ("reconciles per pool per minute", "{:.2f}", lambda f: f.per_pool_minute(f.reconciles)),
+    ("spec change -> StatefulSet, p50, s", "{:.2f}", lambda f: f.percentile(50)),
+    ("spec change -> StatefulSet, p99, s", "{:.2f}", lambda f: f.percentile(99)),
+)
+
+
+def table(fleets: list[Fleet]) -> list[str]:
+    first, last = fleets[0], fleets[-1]
+    ratio = f"{last.pools} / {first.pools}"
+    lines = [
+        f"| idle, per pool | {' | '.join(f'{f.pools} pools' for f in fleets)} | ratio {ratio} |",
+        "|---|" + "---:|" * (len(fleets) + 1),
+    ]
+    for label, fmt, value in ROWS:
+        low = value(first)
+        shown = f"{value(last) / low:.2f}x" if low else "-"
+        lines.append(f"| {label} | {' | '.join(fmt.format(value(f)) for f in fleets)} | {shown} |")
+    lines.append(f"| time until every pool was Ready, s | {' | '.join(f'{f.settle_seconds:.0f}' for f in fleets)} | |")
+    return lines
+
+
+def details(fleets: list[Fleet]) -> list[str]:
+    lines = []
+    for fleet in fleets:
+        kinds = ", ".join(f"{verb} {resource} {code}: {n}" for (verb, resource, code), n in fleet.kinds.most_common(8))
+        lines.append(
+            f"- {fleet.pools} pools, {fleet.window_seconds:.0f} s: {fleet.requests} operator requests ({kinds}); "
+            f"{fleet.sessions} operator database sessions, {fleet.other_sessions} of others (workers, Jobs)"
+        )
+    return lines
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--pools", type=int, nargs="+", default=[10, 50, 200], help="fleet sizes, in order")
+    parser.add_argument("--window", type=float, default=60.0, help="seconds of the idle window")
+    parser.add_argument("--changes", type=int, default=20, help="pools whose spec is changed, one at a time")
+    parser.add_argument("--active", type=int, default=3, help="pools at 1 replica (the others at 0)")
+    parser.add_argument("--resync", type=int, default=30, help="the operator's resync seconds (chart default 30)")
+    parser.add_argument("--doc", type=Path, help="also write the figures to this markdown file")
+    args = parser.parse_args()
+    fleets: list[Fleet] = []
+    started = time.monotonic()
+    settings = {"log_connections": "on"}
+    with LocalPostgres(max_connections=300, settings=settings) as postgres:
+        for size in args.pools:
+            print(f"fleet of {size} pools", flush=True)
+            fleets.append(measure(postgres, size, args))
+    load = " / ".join(f"{x:.2f}" for x in os.getloadavg())
+    lines = [
+        *table(fleets),
+        "",
+        *details(fleets),
+        "",
+        f"Taken {datetime.now(UTC):%Y-%m-%d %H:%M} UTC in {time.monotonic() - started:.0f} s; "
+        f"{len(os.sched_getaffinity(0))} CPUs, load average at the end {load}; window {args.window:.0f} s, "
+        f"resync {args.resync} s, {args.active} pools at 1 replica, {args.changes} spec changes per size "
+        f"(nearest rank: with fewer than 100 changes, p99 is the slowest).",
+    ]
+    print("\n".join(lines))
+    if args.doc is not None:
+        text = args.doc.read_text() if args.doc.exists() else DOC_HEADER
+        marker = "<!-- figures -->"
+        head = text.split(marker)[0] if marker in text else text
+        args.doc.write_text(f"{head.rstrip()}\n\n{marker}\n{chr(10).join(lines)}\n")
+
+
+if __name__ == "__main__":
+    main()
