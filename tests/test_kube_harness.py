@@ -13,6 +13,7 @@ import secrets
 import threading
 import time
 from collections.abc import Callable, Iterator
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -29,6 +30,7 @@ from kubernetes.client.exceptions import ApiException
 
 from tests.kube import images, podenv, rawapi
 from tests.kube.cluster import Cluster, LocalCluster
+from tests.kube.controlplane import OPERATOR_USER
 
 Json = dict[str, Any]
 WAIT = 180.0
@@ -559,3 +561,24 @@ def test_image_table_matches_by_basename() -> None:
     with pytest.raises(FileNotFoundError):
         images.argv(python, ["sh", "-c", "true"], [])
     assert Path(images.argv(python, [], [])[0]).name.startswith("python")
+
+
+def test_audit_log_tells_the_operator_user_from_the_admin(kube_cluster: Cluster, kube_namespace: str) -> None:
+    audit = kube_cluster.control_plane.audit if isinstance(kube_cluster, LocalCluster) else None
+    if audit is None:
+        pytest.skip("the audit log is the local control plane's")
+    since = datetime.now(UTC)
+    name = f"audited-{secrets.token_hex(3)}"
+    rawapi.call(CoreV1Api(kube_cluster.api).create_namespaced_config_map, kube_namespace, {"metadata": {"name": name}})
+    kube_cluster.kubectl(
+        "--kubeconfig", str(kube_cluster.operator_kubeconfig), "get", "configmaps", "-n", kube_namespace
+    )
+    kube_cluster.kubectl("--kubeconfig", str(kube_cluster.operator_kubeconfig), "get", "configmap/nothing-here",
+                         "-n", kube_namespace, check=False)  # fmt: skip
+    requests = [r for r in audit.requests(since) if r.namespace == kube_namespace and r.resource == "configmaps"]
+    by_user = {(r.user, r.verb, r.code, r.mutating) for r in requests}
+    assert ("fireflow-admin", "create", 201, True) in by_user
+    assert (OPERATOR_USER, "list", 200, False) in by_user
+    assert (OPERATOR_USER, "get", 404, False) in by_user
+    assert not [r for r in requests if r.user == OPERATOR_USER and r.mutating]
+    assert audit.requests(since, since) == []  # the window's end is exclusive
