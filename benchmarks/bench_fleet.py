@@ -1,5 +1,5 @@
 """What one operator costs per pool as the fleet grows: idle CPU, memory, API requests and bytes, database
-sessions and reconciles, and the time from a spec change to the StatefulSet.
+connections and reconciles, and the time from a spec change to the StatefulSet.
 
 For each fleet size N: a fresh local cluster (the Go-built control plane with its audit log, and the process
 node, tests/kube), one operator as a process (resync at the chart's 30 s), N pools across 5 namespaces (one
@@ -26,7 +26,7 @@ from kubernetes.client import AppsV1Api, CoreV1Api, CustomObjectsApi
 from benchmarks.fleet import (
     OPERATOR_APPLICATIONS,
     LogTail,
-    new_sessions,
+    new_connections,
     operator_bytes,
     read_process,
     read_url,
@@ -57,8 +57,8 @@ class Fleet:
     mutating: int = 0
     kinds: Counter[tuple[str, str, int]] = field(default_factory=Counter)
     response_bytes: float = 0.0
-    sessions: int = 0
-    other_sessions: int = 0
+    connections: int = 0
+    other_connections: int = 0
     reconciles: float = 0.0
     latencies: list[float] = field(default_factory=list)
 
@@ -120,9 +120,9 @@ def _idle_window(fleet: Fleet, cluster: LocalCluster, operator: OperatorProcess,
     until, fleet.window_seconds = datetime.now(UTC), time.monotonic() - started
     usage = read_process(operator.process.pid)
     fleet.cpu_seconds, fleet.rss_mib = usage.cpu_seconds - usage_before.cpu_seconds, usage.rss_mib
-    sessions = new_sessions(log.read())
-    fleet.sessions = sum(n for name, n in sessions.items() if name in OPERATOR_APPLICATIONS)
-    fleet.other_sessions = sum(sessions.values()) - fleet.sessions
+    opened = new_connections(log.read())
+    fleet.connections = sum(n for name, n in opened.items() if name in OPERATOR_APPLICATIONS)
+    fleet.other_connections = sum(opened.values()) - fleet.connections
     fleet.reconciles = reconciles(read_url(operator_metrics)) - reconciles_before
     after = response_bytes(read_url(apiserver_metrics, tls))
     sizes = {key: value - sizes_before.get(key, 0.0) for key, value in after.items()}
@@ -189,7 +189,7 @@ ROWS: tuple[tuple[str, str, Any], ...] = (
     ("API requests per pool per minute", "{:.2f}", lambda f: f.per_pool_minute(f.requests)),
     ("mutating API requests per pool per minute", "{:.2f}", lambda f: f.per_pool_minute(f.mutating)),
     ("API response bytes per pool per minute (GET/LIST)", "{:,.0f}", lambda f: f.per_pool_minute(f.response_bytes)),
-    ("new database sessions per pool per minute", "{:.2f}", lambda f: f.per_pool_minute(f.sessions)),
+    ("new database connections per pool per minute", "{:.2f}", lambda f: f.per_pool_minute(f.connections)),
     ("reconciles per pool per minute", "{:.2f}", lambda f: f.per_pool_minute(f.reconciles)),
     ("spec change -> StatefulSet, p50, s", "{:.2f}", lambda f: f.percentile(50)),
     ("spec change -> StatefulSet, p99, s", "{:.2f}", lambda f: f.percentile(99)),
@@ -217,7 +217,7 @@ def details(fleets: list[Fleet]) -> list[str]:
         kinds = ", ".join(f"{verb} {resource} {code}: {n}" for (verb, resource, code), n in fleet.kinds.most_common(8))
         lines.append(
             f"- {fleet.pools} pools, {fleet.window_seconds:.0f} s: {fleet.requests} operator requests ({kinds}); "
-            f"{fleet.sessions} operator database sessions, {fleet.other_sessions} of others (workers, Jobs)"
+            f"{fleet.connections} operator database connections, {fleet.other_connections} of others (workers, Jobs)"
         )
     return lines
 

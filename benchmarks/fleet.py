@@ -6,7 +6,7 @@
 - Response bytes: the API server's `apiserver_response_sizes_sum` (every client, GET and LIST only: watches
   stream and are not in it), shared out per (verb, resource) by the operator's share of those requests in the
   audit log.
-- New database sessions: PostgreSQL's `log_connections` lines, by application_name.
+- New database connections: PostgreSQL's `log_connections` lines, by application_name.
 - Reconciles: the operator's `fireflow_operator_reconciles_total`.
 The parsers are pure; the `read_*` functions do the I/O.
 """
@@ -61,8 +61,8 @@ def operator_bytes(sizes: dict[tuple[str, str], float], everyone: list[Request],
     return sum(sizes.get(key, 0.0) * mine / total[key] for key, mine in own.items())
 
 
-def new_sessions(log_text: str) -> Counter[str]:
-    """Sessions opened per application_name, from `log_connections` lines (pure)."""
+def new_connections(log_text: str) -> Counter[str]:
+    """Connections opened per application_name, from `log_connections` lines (pure)."""
     return Counter(match[1] for match in _AUTHORIZED.finditer(log_text))
 
 

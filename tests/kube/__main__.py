@@ -1,7 +1,7 @@
 """A local cluster for demos and debugging: `python -m tests.kube` (from the repo root).
 
 Starts the Go-built control plane and the process node, applies `crds/`, prints the admin kubeconfig
-path and runs until Ctrl-C / SIGTERM, then tears everything down. `--audit` turns on the API server's audit
+path and runs until Ctrl-C / SIGTERM, then tears everything down. `--audit` writes the API server's audit
 log (tests/kube/audit.py) and prints its path and the kubeconfig of the operator's own user.
 """
 

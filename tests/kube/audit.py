@@ -36,7 +36,7 @@ def write_policy(path: Path) -> Path:
 
 
 def apiserver_flags(policy: Path, log: Path) -> list[str]:
-    """The kube-apiserver flags that turn the log on (no rotation: a test cluster lives minutes)."""
+    """The kube-apiserver flags that write the log (no rotation: a test cluster lives minutes)."""
     return [
         f"--audit-policy-file={policy}",
         f"--audit-log-path={log}",

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from datetime import UTC, datetime
 
-from benchmarks.fleet import new_sessions, operator_bytes, reconciles, response_bytes, samples
+from benchmarks.fleet import new_connections, operator_bytes, reconciles, response_bytes, samples
 from tests.kube.audit import Request, count, parse_event
 
 EVENT = {
@@ -71,7 +71,7 @@ def test_should_count_operator_reconciles_of_every_result() -> None:
     assert reconciles(METRICS) == 42
 
 
-def test_should_count_new_sessions_per_application_name() -> None:
+def test_should_count_new_connections_per_application_name() -> None:
     log = (
         "2026-12-04 21:00:00 UTC [1] LOG:  connection received: host=127.0.0.1 port=5\n"
         "2026-12-04 21:00:00 UTC [1] LOG:  connection authorized: user=postgres database=f0 "
@@ -81,4 +81,4 @@ def test_should_count_new_sessions_per_application_name() -> None:
         "2026-12-04 21:00:02 UTC [3] LOG:  connection authorized: user=postgres database=f1 "
         "application_name=dbos_transact_client\n"
     )
-    assert new_sessions(log) == {"fireflow-operator": 2, "dbos_transact_client": 1}
+    assert new_connections(log) == {"fireflow-operator": 2, "dbos_transact_client": 1}
