@@ -222,6 +222,28 @@ def details(fleets: list[Fleet]) -> list[str]:
     return lines
 
 
+def report(fleets: list[Fleet], args: argparse.Namespace, seconds: float) -> list[str]:
+    load = " / ".join(f"{x:.2f}" for x in os.getloadavg())
+    return [
+        *table(fleets),
+        "",
+        *details(fleets),
+        "",
+        f"Taken {datetime.now(UTC):%Y-%m-%d %H:%M} UTC in {seconds:.0f} s; "
+        f"{len(os.sched_getaffinity(0))} CPUs, load average at the end {load}; window {args.window:.0f} s, "
+        f"resync {args.resync} s, {args.active} pools at 1 replica, {args.changes} spec changes per size "
+        f"(nearest rank: with fewer than 100 changes, p99 is the slowest).",
+    ]
+
+
+def write_doc(path: Path, lines: list[str]) -> None:
+    """Replace what follows the marker (the figures of the last run); keep what precedes it."""
+    marker = "<!-- figures -->"
+    text = path.read_text() if path.exists() else DOC_HEADER
+    head = text.split(marker)[0] if marker in text else text
+    path.write_text(f"{head.rstrip()}\n\n{marker}\n{chr(10).join(lines)}\n")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--pools", type=int, nargs="+", default=[10, 50, 200], help="fleet sizes, in order")
@@ -229,32 +251,18 @@ def main() -> None:
     parser.add_argument("--changes", type=int, default=20, help="pools whose spec is changed, one at a time")
     parser.add_argument("--active", type=int, default=3, help="pools at 1 replica (the others at 0)")
     parser.add_argument("--resync", type=int, default=30, help="the operator's resync seconds (chart default 30)")
-    parser.add_argument("--doc", type=Path, help="also write the figures to this markdown file")
+    parser.add_argument("--doc", type=Path, help="also write the figures to this markdown file (after each size)")
     args = parser.parse_args()
     fleets: list[Fleet] = []
     started = time.monotonic()
-    settings = {"log_connections": "on"}
-    with LocalPostgres(max_connections=300, settings=settings) as postgres:
+    with LocalPostgres(max_connections=300, settings={"log_connections": "on"}) as postgres:
         for size in args.pools:
             print(f"fleet of {size} pools", flush=True)
             fleets.append(measure(postgres, size, args))
-    load = " / ".join(f"{x:.2f}" for x in os.getloadavg())
-    lines = [
-        *table(fleets),
-        "",
-        *details(fleets),
-        "",
-        f"Taken {datetime.now(UTC):%Y-%m-%d %H:%M} UTC in {time.monotonic() - started:.0f} s; "
-        f"{len(os.sched_getaffinity(0))} CPUs, load average at the end {load}; window {args.window:.0f} s, "
-        f"resync {args.resync} s, {args.active} pools at 1 replica, {args.changes} spec changes per size "
-        f"(nearest rank: with fewer than 100 changes, p99 is the slowest).",
-    ]
-    print("\n".join(lines))
-    if args.doc is not None:
-        text = args.doc.read_text() if args.doc.exists() else DOC_HEADER
-        marker = "<!-- figures -->"
-        head = text.split(marker)[0] if marker in text else text
-        args.doc.write_text(f"{head.rstrip()}\n\n{marker}\n{chr(10).join(lines)}\n")
+            lines = report(fleets, args, time.monotonic() - started)
+            print("\n".join(lines), flush=True)
+            if args.doc is not None:  # a long run that is cut short still leaves the sizes it finished
+                write_doc(args.doc, lines)
 
 
 if __name__ == "__main__":
