@@ -196,7 +196,8 @@ ROWS: tuple[tuple[str, str, Any], ...] = (
 )
 
 
-def table(fleets: list[Fleet]) -> list[str]:
+def table(measured: list[Fleet]) -> list[str]:
+    fleets = sorted(measured, key=lambda f: f.pools)
     first, last = fleets[0], fleets[-1]
     ratio = f"{last.pools} / {first.pools}"
     lines = [
@@ -246,7 +247,7 @@ def write_doc(path: Path, lines: list[str]) -> None:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--pools", type=int, nargs="+", default=[10, 50, 200], help="fleet sizes, in order")
+    parser.add_argument("--pools", type=int, nargs="+", default=[10, 50, 200], help="fleet sizes, run in this order")
     parser.add_argument("--window", type=float, default=60.0, help="seconds of the idle window")
     parser.add_argument("--changes", type=int, default=20, help="pools whose spec is changed, one at a time")
     parser.add_argument("--active", type=int, default=3, help="pools at 1 replica (the others at 0)")
