@@ -4,8 +4,9 @@ connections and reconciles, and the time from a spec change to the StatefulSet.
 For each fleet size N: a fresh local cluster (the Go-built control plane with its audit log, and the process
 node, tests/kube), one operator as a process (resync at the chart's 30 s), N pools across 5 namespaces (one
 database per namespace on one PostgreSQL; `--active` of them at 1 replica, the others at 0). Once every pool is
-Ready and one resync has passed, an idle window (instruments: benchmarks/fleet.py); then K pools get a new
-`spec.env` value one at a time, each timed until its StatefulSet's template carries it (polled every 20 ms).
+Ready and a resync period has passed with at most 1.2 reconciles per pool (4 periods at most), an idle window
+(instruments: benchmarks/fleet.py); then K pools get a new `spec.env` value one at a time, each timed until its
+StatefulSet's template carries it (polled every 20 ms).
 `python -m benchmarks.bench_fleet [--pools 10 50 200] [--window 60] [--changes 20] [--doc docs/benchmarks-fleet.md]`
 """
 
@@ -49,7 +50,8 @@ DOC_HEADER = "# The operator at fleet scale: measured cost per pool\n"
 @dataclass
 class Fleet:
     pools: int
-    settle_seconds: float = 0.0
+    ready_seconds: float = 0.0
+    quiet_seconds: float | None = None  # from Ready until a resync period had ~1 reconcile per pool; None: never
     window_seconds: float = 0.0
     cpu_seconds: float = 0.0
     rss_mib: float = 0.0
@@ -98,6 +100,19 @@ def _wait_ready(cluster: LocalCluster, namespaces: list[str], size: int, timeout
         if time.monotonic() > deadline:
             raise RuntimeError(f"{ready} of {size} pools Ready after {timeout:.0f} s")
         time.sleep(2)
+
+
+def _wait_quiet(operator: OperatorProcess, size: int, resync: float, periods: int = 4) -> float | None:
+    """Seconds from now until a resync period had at most 1.2 reconciles per pool (the timer's one, plus a few
+    events): the roll-outs' aftermath (Jobs and their pods ending) is worked off. None if it never was."""
+    url = f"http://127.0.0.1:{operator.environment['FIREFLOW_OPERATOR_METRICS_PORT']}/metrics"
+    started = time.monotonic()
+    for _ in range(periods):
+        before = reconciles(read_url(url))
+        time.sleep(resync)
+        if reconciles(read_url(url)) - before <= 1.2 * size:
+            return round(time.monotonic() - started)
+    return None
 
 
 def _idle_window(fleet: Fleet, cluster: LocalCluster, operator: OperatorProcess, pg_log: Path, window: float) -> None:
@@ -169,9 +184,10 @@ def measure(postgres: LocalPostgres, size: int, args: argparse.Namespace) -> Fle
             for index, (namespace, name) in enumerate(pools):
                 create_pool(cluster.api, namespace, name, replicas=1 if index < args.active else 0, dbos=QUICK_DBOS)
             _wait_ready(cluster, namespaces, size, timeout=300 + 10 * size)
-            fleet.settle_seconds = time.monotonic() - started
-            print(f"  {size} pools Ready after {fleet.settle_seconds:.0f} s", flush=True)
-            time.sleep(args.resync + 5)  # one resync of every pool after Ready: what the roll-out left is settled
+            fleet.ready_seconds = time.monotonic() - started
+            print(f"  {size} pools Ready after {fleet.ready_seconds:.0f} s", flush=True)
+            fleet.quiet_seconds = _wait_quiet(operator, size, args.resync)
+            print(f"  quiet after {fleet.quiet_seconds or 'never, measured anyway, after'} s more", flush=True)
             _idle_window(fleet, cluster, operator, postgres.log_path, args.window)
             fleet.latencies = _spec_changes(cluster, pools, args.changes)
         finally:
@@ -208,7 +224,9 @@ def table(measured: list[Fleet]) -> list[str]:
         low = value(first)
         shown = f"{value(last) / low:.2f}x" if low else "-"
         lines.append(f"| {label} | {' | '.join(fmt.format(value(f)) for f in fleets)} | {shown} |")
-    lines.append(f"| time until every pool was Ready, s | {' | '.join(f'{f.settle_seconds:.0f}' for f in fleets)} | |")
+    lines.append(f"| time until every pool was Ready, s | {' | '.join(f'{f.ready_seconds:.0f}' for f in fleets)} | |")
+    quiet = " | ".join("never" if f.quiet_seconds is None else f"{f.quiet_seconds:.0f}" for f in fleets)
+    lines.append(f"| then until a resync period had <= 1.2 reconciles per pool, s | {quiet} | |")
     return lines
 
 
