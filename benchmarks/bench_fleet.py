@@ -58,6 +58,7 @@ class Fleet:
     requests: int = 0
     mutating: int = 0
     kinds: Counter[tuple[str, str, int]] = field(default_factory=Counter)
+    written: Counter[str] = field(default_factory=Counter)  # "verb resource namespace/name" of mutating requests
     response_bytes: float = 0.0
     connections: int = 0
     other_connections: int = 0
@@ -145,6 +146,7 @@ def _idle_window(fleet: Fleet, cluster: LocalCluster, operator: OperatorProcess,
     own = [r for r in everyone if r.user == OPERATOR_USER]
     fleet.requests, fleet.mutating = len(own), sum(r.mutating for r in own)
     fleet.kinds = Counter((r.verb, r.resource, r.code) for r in own)
+    fleet.written = Counter(f"{r.verb} {r.resource} {r.namespace}/{r.name}" for r in own if r.mutating)
     fleet.response_bytes = operator_bytes(sizes, everyone, OPERATOR_USER)
 
 
@@ -238,6 +240,9 @@ def details(fleets: list[Fleet]) -> list[str]:
             f"- {fleet.pools} pools, {fleet.window_seconds:.0f} s: {fleet.requests} operator requests ({kinds}); "
             f"{fleet.connections} operator database connections, {fleet.other_connections} of others (workers, Jobs)"
         )
+        if fleet.written:
+            objects = ", ".join(f"{what}: {n}" for what, n in fleet.written.most_common(6))
+            lines.append(f"  - written by the operator ({len(fleet.written)} objects, the most written): {objects}")
     return lines
 
 

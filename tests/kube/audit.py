@@ -54,6 +54,7 @@ class Request:
     verb: str
     resource: str  # "pods", "pods/status", or the URL of a non-resource request
     namespace: str
+    name: str
     code: int
     received: datetime
 
@@ -74,6 +75,7 @@ def parse_event(event: dict[str, Any]) -> Request:
         verb=event.get("verb", ""),
         resource=resource,
         namespace=ref.get("namespace", ""),
+        name=ref.get("name", ""),
         code=int((event.get("responseStatus") or {}).get("code", 0)),
         received=datetime.fromisoformat(event["requestReceivedTimestamp"].replace("Z", "+00:00")),
     )

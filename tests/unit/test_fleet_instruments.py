@@ -21,13 +21,13 @@ EVENT = {
 
 
 def _request(user: str, verb: str, resource: str) -> Request:
-    return Request(user, "agent", verb, resource, "ns", 200, datetime(2026, 12, 4, tzinfo=UTC))
+    return Request(user, "agent", verb, resource, "ns", "pool", 200, datetime(2026, 12, 4, tzinfo=UTC))
 
 
 def test_should_read_user_verb_subresource_and_time_of_an_audit_event() -> None:
     request = parse_event(EVENT)
-    assert (request.user, request.verb, request.resource, request.code) == (
-        "fireflow-operator-under-test", "patch", "fireflowworkerpools/status", 200,
+    assert (request.user, request.verb, request.resource, request.name, request.code) == (
+        "fireflow-operator-under-test", "patch", "fireflowworkerpools/status", "pool", 200,
     )  # fmt: skip
     assert request.mutating
     assert request.received == datetime(2026, 12, 4, 21, 0, 0, 123456, tzinfo=UTC)
