@@ -100,6 +100,9 @@ class ConnectionBudgetStatus(StatusModel):
     others_in_use: int = Field(description="Connections in use by clients that are neither pools nor the operator.")
     other_pools: int = Field(description="Connections other pools on the server may hold.")
     migration_job: int = Field(description="Connections a migration Job holds.")
+    operator_session: int | None = Field(
+        None, description="The operator's session on the database, kept between reconciles."
+    )
     database_limit: int = Field(description="The database's connection limit (-1: none).")
     role_limit: int = Field(description="The role's connection limit (-1: none).")
     limited_by: str = Field(description="The scope whose limit binds: server, database or role.")
