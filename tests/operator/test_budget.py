@@ -41,7 +41,7 @@ def test_should_stay_within_the_database_and_role_connection_limits() -> None:
     on_db = [PoolNeed("pg-1", "exec", "other-role", 6)]
     db = compute_budget(_facts(database_limit=30, others=Usage(7, 2, 1)), per_replica=5, headroom=0,
                         other_pools=on_db, others=Usage(7, 2, 1))  # fmt: skip
-    # 30 - 2 on this database - 6 of the other pool on it - 3 - 1 (the operator's session) = 18 -> 3 replicas of 5
+    # 30 - 2 on this database - 6 of the other pool on it - 3 - 1 (the operator's connection) = 18 -> 3 replicas of 5
     assert (db.max_replicas, db.limiting.name) == (3, "database")
     assert "database 'exec' CONNECTION LIMIT 30 - others in use 2 - other pools 6 - migration Job 3" in db.explain(9)
     role = compute_budget(_facts(role_limit=12), per_replica=5, headroom=0, other_pools=[], others=Usage(7, 7, 1))
@@ -60,7 +60,7 @@ def test_should_read_another_pools_need_from_its_status() -> None:
     assert pool_need({}) is None
 
 
-def test_should_count_as_others_only_what_is_not_a_known_pool_or_the_operators_session_here() -> None:
+def test_should_count_as_others_only_what_is_not_a_known_pool_or_the_operators_connection_here() -> None:
     prefixes = [pool_connection_prefix("team-a", "workers"), pool_connection_prefix("n" * 40, "p" * 20)]
     cut = ("fireflow-worker:" + "n" * 40 + "." + "p" * 20 + "-3")[:63]
     rows = [
@@ -68,8 +68,8 @@ def test_should_count_as_others_only_what_is_not_a_known_pool_or_the_operators_s
         ("app", "exec", "fireflow-worker:team-a.workers-12"),
         ("app", "exec", cut),  # a known pool, its name cut at 63 bytes
         ("app", "exec", "fireflow-worker:team-b.workers-0"),  # a pool nobody here manages: counted
-        ("app", "exec", "fireflow-operator"),  # the operator's session on this database: reserved instead
-        ("app", "orders", "fireflow-operator"),  # its session on another database of the server: counted
+        ("app", "exec", "fireflow-operator"),  # the operator's connection to this database: reserved
+        ("app", "orders", "fireflow-operator"),  # its connection to another database: counted
         ("app", "exec", "fireflow-migration"),
         ("app", "exec", "psql"),
         ("bob", "exec", None),
