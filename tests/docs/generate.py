@@ -1,9 +1,10 @@
 """Writes the reference tables of docs/ from the code's own models, so the pages cannot drift from them.
 
-    .venv/bin/python -m tests.docs.generate          # rewrite the generated blocks in docs/
+    .venv/bin/python -m tests.docs.generate          # rewrite the generated blocks
     .venv/bin/python -m tests.docs.generate --check  # exit 1 naming each page that differs
 
-A generated block sits between `<!-- BEGIN GENERATED: <name> -->` and `<!-- END GENERATED: <name> -->` in a
+The pages are docs/configuration.md, docs/crd-reference.md and the chart's README (its values). A generated
+block sits between `<!-- BEGIN GENERATED: <name> -->` and `<!-- END GENERATED: <name> -->` in a
 page; everything outside the markers is written by hand. The sources:
 
 - the worker's environment: `fireflow_worker.config.WorkerConfig` (aliases, defaults, ranges);
@@ -39,7 +40,7 @@ from fireflow_worker.config import APP_NAME_PATTERN, WorkerConfig
 from tests.docs import descriptions
 
 REPO_ROOT = Path(__file__).resolve().parent.parent.parent
-DOCS = REPO_ROOT / "docs"
+ROOT = REPO_ROOT  # where the pages are (a test points it elsewhere)
 CHART_DIR = REPO_ROOT / "charts" / "fireflow-operator"
 CRD_FILE = REPO_ROOT / "crds" / "fireflow.persistent.ai_fireflowworkerpools.yaml"
 COMMAND = ".venv/bin/python -m tests.docs.generate"
@@ -310,13 +311,15 @@ def crd_fields(part: str) -> str:
 
 # --- pages ----------------------------------------------------------------------------------------------------
 
-BLOCKS: dict[str, tuple[str, Callable[[], str]]] = {
-    "worker-env": ("configuration.md", worker_env),
-    "operator-env": ("configuration.md", operator_env),
-    "chart-values": ("configuration.md", chart_values),
-    "crd-spec": ("crd-reference.md", lambda: crd_fields("spec")),
-    "crd-status": ("crd-reference.md", lambda: crd_fields("status")),
-}
+# (page, block, what writes it); pages relative to the repository.
+BLOCKS: list[tuple[str, str, Callable[[], str]]] = [
+    ("docs/configuration.md", "worker-env", worker_env),
+    ("docs/configuration.md", "operator-env", operator_env),
+    ("docs/configuration.md", "chart-values", chart_values),
+    ("docs/crd-reference.md", "crd-spec", lambda: crd_fields("spec")),
+    ("docs/crd-reference.md", "crd-status", lambda: crd_fields("status")),
+    ("charts/fireflow-operator/README.md", "chart-values", chart_values),
+]
 
 
 def render_page(text: str, blocks: Mapping[str, str], page: str) -> str:
@@ -326,7 +329,7 @@ def render_page(text: str, blocks: Mapping[str, str], page: str) -> str:
         end = f"<!-- END GENERATED: {name} -->"
         start, finish = text.find(begin), text.find(end)
         if start < 0 or finish < start:
-            raise GenerateError(f"docs/{page} has no block {begin!r} ... {end!r}")
+            raise GenerateError(f"{page} has no block {begin!r} ... {end!r}")
         text = f"{text[:start]}{begin}\n{content}\n{text[finish:]}"
     return text
 
@@ -334,13 +337,13 @@ def render_page(text: str, blocks: Mapping[str, str], page: str) -> str:
 def generated_pages() -> dict[str, str]:
     """Page name -> its text as the generator writes it."""
     by_page: dict[str, dict[str, str]] = {}
-    for name, (page, build) in BLOCKS.items():
+    for page, name, build in BLOCKS:
         by_page.setdefault(page, {})[name] = build()
-    return {page: render_page((DOCS / page).read_text(), blocks, page) for page, blocks in by_page.items()}
+    return {page: render_page((ROOT / page).read_text(), blocks, page) for page, blocks in by_page.items()}
 
 
 def stale_pages() -> list[str]:
-    return [page for page, text in generated_pages().items() if (DOCS / page).read_text() != text]
+    return [page for page, text in generated_pages().items() if (ROOT / page).read_text() != text]
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -352,14 +355,14 @@ def main(argv: list[str] | None = None) -> int:
     except GenerateError as err:
         print(f"error: {err}", file=sys.stderr)
         return 2
-    stale = [page for page, text in pages.items() if (DOCS / page).read_text() != text]
+    stale = [page for page, text in pages.items() if (ROOT / page).read_text() != text]
     if args.check:
         for page in stale:
-            print(f"docs/{page} differs from what the code says; regenerate it with: {COMMAND}", file=sys.stderr)
+            print(f"{page} differs from what the code says; regenerate it with: {COMMAND}", file=sys.stderr)
         return 1 if stale else 0
     for page in stale:
-        (DOCS / page).write_text(pages[page])
-        print(f"wrote docs/{page}")
+        (ROOT / page).write_text(pages[page])
+        print(f"wrote {page}")
     return 0
 
 
