@@ -89,7 +89,7 @@ WORKER_ENV: dict[str, str] = {
         "same fields on one line. See [Monitoring](monitoring.md#logs)."
     ),
     "FIREFLOW_PROVISION_CACHE_TTL_MS": (
-        "How long a worker caches a stored flow resolved by name; `0` turns the cache off."
+        "How long a worker caches a stored flow resolved by name; `0` switches the cache off."
     ),
     "FIREFLOW_SANDBOX_QUEUE_CONCURRENCY": "Worker concurrency of `fireflow-sandbox`.",
     "FIREFLOW_TERMINAL_QUEUE_CONCURRENCY": "Worker concurrency of `fireflow-terminal`.",
@@ -118,7 +118,7 @@ OPERATOR_ENV: dict[str, str] = {
     "FIREFLOW_OPERATOR_METRICS_HOST": "Address of the operator's Prometheus metrics.",
     "FIREFLOW_OPERATOR_METRICS_PORT": (
         "Port of the operator's Prometheus metrics (reconciles, errors, duration, pools by phase, recovered "
-        "runs); `0` turns the endpoint off."
+        "runs); `0` switches the endpoint off."
     ),
     "FIREFLOW_OPERATOR_HEALTH_HOST": "Address of kopf's liveness endpoint `/healthz`.",
     "FIREFLOW_OPERATOR_HEALTH_PORT": "Port of kopf's liveness endpoint `/healthz`.",
@@ -151,6 +151,6 @@ OPERATOR_ENV: dict[str, str] = {
     "FIREFLOW_OPERATOR_LEASE_DURATION_SECONDS": (
         "How long a Lease holds without renewal; 1.2 x retry period < renew deadline < lease duration."
     ),
-    "FIREFLOW_OPERATOR_RENEW_DEADLINE_SECONDS": "A leader that could not renew within this stops leading.",
+    "FIREFLOW_OPERATOR_RENEW_DEADLINE_SECONDS": "A leader that could not renew within this gives up the lead.",
     "FIREFLOW_OPERATOR_RETRY_PERIOD_SECONDS": "How often the leader renews and candidates look.",
 }
