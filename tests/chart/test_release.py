@@ -3,6 +3,7 @@ shows its README, refuses clusters older than it supports, and packages under th
 
 from __future__ import annotations
 
+import os
 import shutil
 import subprocess
 import tarfile
@@ -13,6 +14,7 @@ import yaml
 
 from tests.chart.chart import CHART_DIR, HelmError, helm, one
 from tests.chart.release import REPO_ROOT, mismatches, project_version
+from tests.kube.tools import helm_path
 
 
 def test_should_carry_the_project_version_everywhere_when_nothing_was_bumped_alone() -> None:
@@ -84,7 +86,7 @@ def test_should_render_for_a_supported_cluster(version: str) -> None:
 def test_should_package_the_chart_under_the_project_version(tmp_path: Path) -> None:
     result = subprocess.run(
         ["bash", str(REPO_ROOT / ".ci" / "release"), "--no-images", "--destination", str(tmp_path)],
-        capture_output=True, text=True, check=False, timeout=300,
+        capture_output=True, text=True, check=False, timeout=300, env={**os.environ, "HELM": str(helm_path())},
     )  # fmt: skip
     assert result.returncode == 0, result.stderr
     package = tmp_path / f"fireflow-operator-{project_version()}.tgz"
