@@ -94,7 +94,7 @@ STATUS_SCHEMA: dict[str, Any] = {
         "phase": {"type": "string", "description": "Pending, Migrating, Running or Degraded."},
         "phaseReason": {
             "type": "string",
-            "description": "Why the pool is in its phase: one of the condition reasons (README, Troubleshooting).",
+            "description": "Why the pool is in its phase: one of the condition reasons (docs/troubleshooting.md).",
         },
         "observedGeneration": {"type": "integer", "description": "The metadata.generation this status is about."},
         "replicas": {"type": "integer", "description": "Worker pods of the current version (the /scale status)."},
