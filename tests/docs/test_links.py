@@ -58,3 +58,13 @@ def test_should_lead_somewhere_when_a_link_is_relative(page: Path) -> None:
         elif fragment and resolved.suffix == ".md" and fragment not in anchors(resolved):
             broken.append(f"{target} (no heading #{fragment} in {resolved.relative_to(REPO_ROOT)})")
     assert not broken, f"{page.relative_to(REPO_ROOT)} links to: " + "; ".join(broken)
+
+
+REPO_PATH = re.compile(r"`((?:tests|worker|operator|charts|examples|benchmarks|crds|docs|\.ci)/[^`\s]*)`")
+
+
+@pytest.mark.parametrize("page", PAGES, ids=IDS)
+def test_should_name_only_files_that_exist(page: Path) -> None:
+    named = {m for m in REPO_PATH.findall(page.read_text()) if not re.search(r"[<>*{]", m)}
+    missing = sorted(path for path in named if not (REPO_ROOT / path.rstrip("/")).exists())
+    assert not missing, f"{page.relative_to(REPO_ROOT)} names files that do not exist: {', '.join(missing)}"

@@ -26,7 +26,9 @@ from kubernetes.client import ApiClient, BatchV1Api, CoreV1Api, CustomObjectsApi
 
 from fireflow_operator.api.model import GROUP, PLURAL, VERSION
 from fireflow_worker.client import FireflowClient
-from tests.operator.conftest import (
+from tests.operator.recorder import Recorder, violations
+from tests.operator.upgrade_traffic import Traffic
+from tests.support.pools import (
     OperatorProcess,
     condition,
     create_pool,
@@ -37,8 +39,6 @@ from tests.operator.conftest import (
     wait_for_pool,
     wait_until,
 )
-from tests.operator.recorder import Recorder, violations
-from tests.operator.upgrade_traffic import Traffic
 
 COMPONENT = "app.kubernetes.io/component"
 SEEDS = [int(s) for s in os.environ.get("FIREFLOW_SEQUENCE_SEEDS", "1,2").split(",") if s.strip()]

@@ -14,16 +14,8 @@ import psycopg
 
 from fireflow_contract.executor_ids import APPLICATION_NAME_BYTES, WORKER_CONNECTION_PREFIX
 from fireflow_operator.api.names import MIGRATION_APPLICATION_NAME, OPERATOR_APPLICATION_NAME
-from fireflow_operator.database.dsn import libpq_dsn
 from fireflow_operator.database.facts import DatabaseFacts, Usage
-
-
-class DatabaseUnreachableError(Exception):
-    """No session could be opened."""
-
-
-class DatabaseQueryError(Exception):
-    """A session was opened, then a query failed."""
+from fireflow_operator.database.sessions import DatabaseQueryError, session
 
 
 def pool_connection_prefix(namespace: str, statefulset: str) -> str:
@@ -46,14 +38,17 @@ def is_pool_connection(application_name: str, prefixes: Iterable[str]) -> bool:
 def count_others(
     rows: Iterable[tuple[str | None, str | None, str | None]], *, database: str, role: str, pool_prefixes: list[str]
 ) -> Usage:
-    """Client connections that are neither a known pool's workers nor the operator's own, per scope.
+    """Client connections that are neither a known pool's workers, a migration Job (both budgeted) nor the
+    operator's session on this database (reserved: budget.OPERATOR_SESSION), per scope. The operator's
+    sessions on the server's other databases, which it keeps between reconciles, are others' usage here.
 
     `rows` are (usename, datname, application_name) of the server's client backends.
     """
     server = on_database = of_role = 0
     for usename, datname, application_name in rows:
         name = application_name or ""
-        if name in (OPERATOR_APPLICATION_NAME, MIGRATION_APPLICATION_NAME) or is_pool_connection(name, pool_prefixes):
+        own_session = name == OPERATOR_APPLICATION_NAME and datname == database
+        if own_session or name == MIGRATION_APPLICATION_NAME or is_pool_connection(name, pool_prefixes):
             continue
         server += 1
         on_database += datname == database
@@ -109,23 +104,9 @@ def _schema_facts(conn: psycopg.Connection[tuple[object, ...]], application_name
     return version, tuple(sorted(str(r[0]) for r in owners))
 
 
-def connect(url: str, timeout_seconds: int) -> psycopg.Connection[tuple[object, ...]]:
-    """An autocommit session with short timeouts (raises DatabaseUnreachableError)."""
-    try:
-        return psycopg.connect(
-            libpq_dsn(url),
-            connect_timeout=timeout_seconds,
-            application_name=OPERATOR_APPLICATION_NAME,
-            options=f"-c statement_timeout={timeout_seconds * 1000}",
-            autocommit=True,
-        )
-    except psycopg.Error as err:
-        raise DatabaseUnreachableError(" ".join(str(err).split())) from None
-
-
 def probe_database(url: str, application_name: str, *, timeout_seconds: int, pool_prefixes: list[str]) -> DatabaseFacts:
     """Read the server's limits and usage and the schema's state."""
-    with connect(url, timeout_seconds) as conn:
+    with session(url, timeout_seconds) as conn:
         try:
             limits = conn.execute(_LIMITS).fetchone()
             assert limits is not None
