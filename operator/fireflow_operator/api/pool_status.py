@@ -153,6 +153,9 @@ class PoolStatus(StatusModel):
     rollout: RolloutStatus | None = Field(None, description="The latest rollout and its progress deadline.")
     versions: list[VersionStatus] | None = Field(None, description="Every application version that has pods.")
     connection_budget: ConnectionBudgetStatus | None = Field(None, description="The connection budget's decision.")
+    network_policy: str | None = Field(
+        None, description="The NetworkPolicy the operator keeps for the pool, while spec.networkPolicy asks for one."
+    )
 
 
 def parse_status(status: dict[str, Any]) -> PoolStatus:
