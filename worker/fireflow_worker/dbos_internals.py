@@ -21,7 +21,7 @@ from collections.abc import Callable, Coroutine
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import AbstractContextManager
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any, Literal, Protocol
 
 from dbos import DBOS, Queue, StepOptions, WorkflowHandle, _context, _core, _dbos, _migration, _queue, _utils
 from dbos._sys_db import WorkflowStatusInternal
@@ -73,7 +73,7 @@ class _SystemDatabase(Protocol):
     def get_workflow_status(self, workflow_uuid: str) -> ClaimedRun | None: ...
 
     def update_workflow_outcome(
-        self, workflow_id: str, status: Any, *, error: str | None = None, owner_xid: str | None = None
+        self, workflow_id: str, status: Literal["ERROR"], *, error: str | None = None, owner_xid: str | None = None
     ) -> bool: ...
 
 
