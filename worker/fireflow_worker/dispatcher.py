@@ -161,7 +161,7 @@ class QueueClaimer(threading.Thread):
     def _claim(self, queue: LoadedQueue) -> None:
         """One claim, exactly as DBOS's queue thread makes it for a queue without partitions."""
         budget = self._room(queue)
-        running = dbos_internals.running_on_queue(self._dbos, queue.queue.name) + self._not_started()
+        running = dbos_internals.running_on_queue(self._dbos, self.queue_name) + self._not_started()
         owner_xid = dbos_internals.new_owner_xid()
         claimed, stop_reason = dbos_internals.claim(self._dbos, queue, running, owner_xid)
         self.claims += 1
