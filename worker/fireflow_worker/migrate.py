@@ -31,10 +31,9 @@ EXIT_MIGRATION_NEEDED = 3
 
 def dbos_migrations() -> list[str]:
     """The SQL of every migration the installed DBOS ships, in order (version n is item n-1)."""
-    from dbos._migration import get_dbos_migrations  # noqa: PLC0415 - private API of the pinned dbos
+    from fireflow_worker import dbos_internals  # noqa: PLC0415 - dbos only once needed, as in apply()
 
-    migrations: list[str] = get_dbos_migrations("dbos", use_listen_notify=True)
-    return migrations
+    return dbos_internals.dbos_migrations()
 
 
 def required_version() -> int:

@@ -26,7 +26,7 @@ from dbos import DBOS, DBOSConfig
 
 from fireflow_contract import executor_ids, logformat, queues, telemetry
 from fireflow_contract.dburl import mask_logs, redact_url
-from fireflow_worker import dbos_compat, engine, run_encodings, schema, worker_db
+from fireflow_worker import dbos_internals, engine, run_encodings, schema, worker_db
 from fireflow_worker.cancellation import CancelWatcher
 from fireflow_worker.config import WorkerConfig
 from fireflow_worker.dbos_lines import DBOS_START_LINES
@@ -245,9 +245,8 @@ def _exit_broken(state: HealthState, problem: str) -> None:
 
 
 def _sys_engine(dbos: DBOS) -> sa.Engine:
-    """DBOS's pooled system-database engine (a private attribute of the pinned version), once launched."""
-    sys_engine: sa.Engine = dbos._sys_db.engine
-    return sys_engine
+    """DBOS's pooled system-database engine, once launched."""
+    return dbos_internals.system_engine(dbos)
 
 
 def _launch(config: WorkerConfig) -> DBOS:
@@ -268,7 +267,7 @@ def _launch(config: WorkerConfig) -> DBOS:
     engine.SETTINGS.cancel_watcher = watcher
     engine.register_workflow(config.max_recovery_attempts)
     # Runs in an encoding DBOS cannot read are decoded or ended ERROR when claimed, by DBOS's queue thread too.
-    dbos_compat.route_dbos_dispatch(run_encodings.execute_claimed)
+    dbos_internals.route_queue_thread_dispatch(run_encodings.execute_claimed)
     # Claiming on notification, the worker claims its queues itself; DBOS polls none of them.
     DBOS.listen_queues([] if config.listens_for_work else config.queues)
     try:
