@@ -51,12 +51,13 @@ def test_should_derive_the_events_of_a_run_that_wrote_none(
     events = list(client.events(run_id))  # followed live, from the enqueue on
     assert client.result(run_id)["greet"] == "Hi Ada"
     assert _streamed(migrated_url, run_id) == 0  # nothing was written for them
-    # The flow travelled with the run: no provision step, one step per node and nothing else.
+    # The flow travelled with the run: no provision step, one step per node with effects (`greet` is a
+    # template: pure, computed in the workflow) and nothing else.
     with psycopg.connect(migrated_url, autocommit=True) as conn:
         steps = conn.execute(
             "SELECT function_name FROM dbos.operation_outputs WHERE workflow_uuid = %s ORDER BY function_id", (run_id,)
         ).fetchall()
-    assert [row[0] for row in steps] == ["node:greet", "node:flaky", "node:nap"]
+    assert [row[0] for row in steps] == ["node:flaky", "node:nap"]
     assert [(e["event"], e.get("node")) for e in events] == [
         ("run.started", None),
         ("node.started", "greet"),
@@ -84,6 +85,37 @@ def test_should_derive_a_failed_node_with_its_attempts_and_the_run_s_error(
     assert [e["event"] for e in events] == ["run.started", "node.started", "node.failed", "run.failed"]
     assert events[2]["error"].startswith("no luck") and events[2]["attempt"] >= 1
     assert events[3]["error"] == client.status(run_id).error
+
+
+def test_should_record_only_the_failure_of_a_pure_node_and_derive_it_like_any_node_s(
+    client: FireflowClient, start_worker: StartWorker, migrated_url: str
+) -> None:
+    start_worker()
+    flow = {
+        "name": "bad-shape",
+        "nodes": {
+            "text": {"type": "template", "params": {"template": "not json"}},
+            "bad": {"type": "transform", "params": {"value": "${nodes.text}", "ops": ["parse_json"]}},
+        },
+    }
+    run_id = client.enqueue(flow)
+    events = list(client.events(run_id))
+    error = client.status(run_id).error
+    assert error is not None and error.startswith("node 'bad' failed: ops[0] (parse_json): ")
+    with psycopg.connect(migrated_url, autocommit=True) as conn:
+        steps = conn.execute(
+            "SELECT function_name, error IS NOT NULL FROM dbos.operation_outputs WHERE workflow_uuid = %s", (run_id,)
+        ).fetchall()
+    assert steps == [("node:bad", True)]  # `text` left no record; `bad` only its failure
+    assert [(e["event"], e.get("node")) for e in events] == [
+        ("run.started", None),
+        ("node.started", "text"),
+        ("node.finished", "text"),
+        ("node.started", "bad"),
+        ("node.failed", "bad"),
+        ("run.failed", None),
+    ]
+    assert events[4]["attempt"] == 1 and error.endswith(events[4]["error"])
 
 
 def test_should_write_every_attempt_live_when_the_run_or_its_queue_asks(
