@@ -126,6 +126,8 @@ def test_should_write_every_attempt_live_when_the_run_or_its_queue_asks(
     events = list(client.events(live))
     assert [e["attempt"] for e in events if e["event"] == "node.started" and e["node"] == "flaky"] == [1, 2, 3]
     assert [e["attempt"] for e in events if e["event"] == "node.failed"] == [1, 2]
+    timed = [e for e in events if "duration_ms" in e]
+    assert timed and all(isinstance(e["duration_ms"], int) for e in timed)  # whole ms, as the derived ones
     assert _streamed(migrated_url, live) == len(events) + 1  # and the stream's end
     sandbox = client.enqueue(flows.greet_flow(), inputs={"who": "s"}, queue="fireflow-sandbox")
     assert [e["event"] for e in client.events(sandbox)][-1] == "run.finished"
@@ -161,6 +163,13 @@ def test_should_follow_live_from_the_command_line_and_derive_without_follow(
     assert derived.returncode == 0, derived.stderr
     derived_id = derived.stdout.splitlines()[0].removeprefix("enqueued run ")
     assert _streamed(migrated_url, derived_id) == 0
+    # The template is pure (no record): derived all the same.
+    assert [json.loads(line)["event"] for line in derived.stdout.splitlines()[1:-1]] == [
+        "run.started",
+        "node.started",
+        "node.finished",
+        "run.finished",
+    ]
     assert json.loads(derived.stdout.splitlines()[-1])["result"] == {"hello": "Hello y"}
     bad = fireflow("run", str(flow_file), "--events", "everything")
     assert bad.returncode == 2 and "invalid choice: 'everything'" in bad.stderr
