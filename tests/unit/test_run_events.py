@@ -200,6 +200,14 @@ def test_should_derive_the_ready_pure_nodes_of_a_run_a_node_failed_and_none_of_o
     assert _names(invalid) == [("run.started", None), ("run.failed", None)]
 
 
+def test_should_place_a_pure_node_of_a_recovered_run_before_the_recorded_node_that_needed_it() -> None:
+    call = _step(1, "node:call", {"output": "r", "bytes": 3}, at=110)
+    # Recovered: the run's start is its last claim (500), after `call` ran in its first execution.
+    events = Deriver({"flow": MIXED}).update("PENDING", 500, None, None, [call], now_ms=600)
+    assert _names(events)[1:3] == [("node.started", "greet"), ("node.finished", "greet")]
+    assert events[2]["at_ms"] == 110
+
+
 def test_should_tell_a_pure_node_s_recorded_failure_like_any_node_s() -> None:
     retried = DbosRetries([NodeError("no"), NodeError("still no")])
     shape = _step(2, "node:shape", error=retried, at=130)

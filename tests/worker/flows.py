@@ -36,7 +36,11 @@ def mixed_flow(trace_file: str, sleep_seconds: float, *, branches: bool = False)
     record = "tests.worker.sideeffects:record"
     nodes: dict[str, Any] = {
         "greet": {"type": "template", "params": {"template": "first for ${inputs.who}"}},
-        "first": {"type": "python", "params": {"function": record, "kwargs": {"path": trace_file, "label": "first"}}},
+        "first": {
+            "type": "python",
+            "params": {"function": record, "kwargs": {"path": trace_file, "label": "first"}},
+            "after": ["greet"],
+        },
         "shape": {
             "type": "transform",
             "params": {"value": {"said": "${nodes.greet}", "got": "${nodes.first.recorded}"}, "ops": [{"get": "got"}]},

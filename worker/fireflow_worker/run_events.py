@@ -188,6 +188,9 @@ class Deriver:
     recorded: set[str] = field(default_factory=set)
     node_failed: bool = False
     started_at_ms: int = 0
+    # The earliest start of a recorded node that depends on each node: when it had certainly finished (a
+    # recovered run's start is its last claim, later than what its first execution did).
+    needed_by_ms: dict[str, int] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         flow = self.request.get("flow") if isinstance(self.request, dict) else None
@@ -224,7 +227,11 @@ class Deriver:
                 self.graph = node_graph(step.output)
             elif step.name.startswith(NODE_STEP_PREFIX):
                 node = step.name[len(NODE_STEP_PREFIX) :]
-                ran |= self.graph.ancestors(node)
+                above = self.graph.ancestors(node)
+                ran |= above
+                began = step.started_at_ms or 0
+                for dep in above:
+                    self.needed_by_ms[dep] = min(self.needed_by_ms.get(dep, began), began)
                 events.extend(self._node(node, step))
         horizon = now_ms if not terminal else (now_ms if status == "SUCCESS" else (ended_at_ms or now_ms))
         for node, (wake_at, began, attempt) in sorted(self.asleep.items(), key=lambda item: item[1][0]):
@@ -284,6 +291,7 @@ class Deriver:
             if not all(dep in self.finished_at for dep in deps):
                 continue
             at = max((self.finished_at[dep] for dep in deps), default=self.started_at_ms)
+            at = min(at, self.needed_by_ms.get(node, at))
             self.finished_at[node] = at
             started = {"event": "node.started", "node": node, "type": self.types.get(node), "attempt": 1, "at_ms": at}
             events.extend([started, _finished(node, 1, 0, at)])
