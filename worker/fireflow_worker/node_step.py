@@ -135,7 +135,8 @@ def raise_recorded(failure: Exception) -> None:
 
 
 def _no_sleep(seconds: float) -> None:
-    raise NodeError("a pure node type cannot sleep (its type must not be pure)", retryable=False)
+    # A pure node is computed in the workflow and again on recovery: a sleep there would not be durable.
+    raise NodeError("this node type is declared pure but sleeps: a type that sleeps must not be pure", retryable=False)
 
 
 def _attempt(call: NodeCall, attempt: int, pure: bool = False) -> dict[str, Any]:
