@@ -19,7 +19,8 @@ import urllib.request
 from pathlib import Path
 from typing import Any
 
-from fireflow_worker.client import FireflowClient, RunStatus, read_flow_file
+from fireflow_worker.client import FireflowClient, RunStatus
+from fireflow_worker.flows.validate import read_flow_file
 from fireflow_worker.local_postgres import LocalPostgres, free_port
 
 FLOWS = Path(__file__).resolve().parent / "flows"
