@@ -26,6 +26,8 @@ from dbos import DBOS, DBOSConfig
 
 from fireflow_contract import executor_ids, logformat, queues, telemetry
 from fireflow_contract.dburl import mask_logs, redact_url
+from fireflow_contract.explain import bind_error, database_error
+from fireflow_contract.worker_variables import DATABASE_URL, HEALTH_HOST, HEALTH_PORT
 from fireflow_worker import dbos_compat, engine, run_encodings, schema, worker_db
 from fireflow_worker.cancellation import CancelWatcher
 from fireflow_worker.config import WorkerConfig
@@ -103,6 +105,7 @@ def configure_logging(config: WorkerConfig) -> None:
     logformat.set_process_context(
         namespace=os.environ.get("POD_NAMESPACE"), pool=os.environ.get("FIREFLOW_POOL"), executor=config.executor_id
     )
+    DBOS_START_LINES.quiet_launch_failures = config.log_level != "DEBUG"
     logging.getLogger("dbos").addFilter(DBOS_START_LINES)
     mask_logs([config.system_database_url])
     sys.excepthook = lambda kind, value, tb: log.critical("uncaught exception", exc_info=(kind, value, tb))
@@ -126,8 +129,9 @@ def run_worker(config: WorkerConfig) -> int:
     if config.local_mode:
         log.warning("local mode: SQLite at %s; fit for one worker, not for replicas", config.local_sqlite_path)
     state = HealthState()
-    server = HealthServer(state, config.health_host, config.health_port).start()
-    _tell_supervisor(server.port)
+    server = _serve_health(state, config)
+    if server is None:
+        return 1
     stop = threading.Event()
 
     def on_signal(signum: int, _frame: FrameType | None) -> None:
@@ -182,6 +186,18 @@ def run_worker(config: WorkerConfig) -> int:
     log.info("stopped")
     _flush_and_exit(0)
     return 0  # not reached
+
+
+def _serve_health(state: HealthState, config: WorkerConfig) -> HealthServer | None:
+    """The health server, started, its port told to a supervisor; None: the port cannot be bound (said in the
+    log, in one sentence)."""
+    try:
+        server = HealthServer(state, config.health_host, config.health_port).start()
+    except OSError as err:
+        log.error("cannot start: %s", bind_error(err, config.health_host, config.health_port, HEALTH_HOST, HEALTH_PORT))
+        return None
+    _tell_supervisor(server.port)
+    return server
 
 
 def _configure_tracing(config: WorkerConfig) -> bool:
@@ -277,12 +293,14 @@ def _launch(config: WorkerConfig) -> DBOS:
     except Exception as err:
         raise StartupError(_explain(err, config)) from None
     watcher.start()
-    _settle_latest_version(config)
-    if config.database_url is not None:
-        try:
+    try:
+        _settle_latest_version(config)
+        if config.database_url is not None:
             schema.install_pooled(_sys_engine(dbos))
-        except Exception as err:
-            raise StartupError(f"cannot install the run-end trigger and flows table: {_one_line(err)}") from None
+    except StartupError:
+        raise
+    except Exception as err:
+        raise StartupError(_explain(err, config)) from None
     register_queues(config)
     return dbos
 
@@ -319,7 +337,10 @@ def _one_line(err: BaseException) -> str:
 
 
 def _explain(err: BaseException, config: WorkerConfig) -> str:
-    """DBOS's message, led by what to do when it is the two-application-names mistake."""
+    """One sentence for what the database said, or DBOS's message, led by what to do when it is the
+    two-application-names mistake."""
+    if (sentence := database_error(err, config.system_database_url, DATABASE_URL)) is not None:
+        return sentence
     message = _one_line(err)
     if "already registered by application" in message:
         return (
