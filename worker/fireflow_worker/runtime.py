@@ -337,14 +337,12 @@ def _one_line(err: BaseException) -> str:
 
 
 def _explain(err: BaseException, config: WorkerConfig) -> str:
-    """One sentence for what the database said, or DBOS's message, led by what to do when it is the
-    two-application-names mistake."""
-    if (sentence := database_error(err, config.system_database_url, DATABASE_URL)) is not None:
-        return sentence
+    """What to do when it is the two-application-names mistake, else one sentence for what the database
+    said, else DBOS's message."""
     message = _one_line(err)
     if "already registered by application" in message:
         return (
             f"another application already uses this database; every worker on one database must use the same "
             f"DBOS_APPLICATION_NAME (this worker has {config.application_name!r}). DBOS: {message}"
         )
-    return message
+    return database_error(err, config.system_database_url, DATABASE_URL) or message
