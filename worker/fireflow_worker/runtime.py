@@ -295,12 +295,15 @@ def _launch(config: WorkerConfig) -> DBOS:
     watcher.start()
     try:
         _settle_latest_version(config)
-        if config.database_url is not None:
-            schema.install_pooled(_sys_engine(dbos))
     except StartupError:
         raise
     except Exception as err:
         raise StartupError(_explain(err, config)) from None
+    if config.database_url is not None:
+        try:
+            schema.install_pooled(_sys_engine(dbos))
+        except Exception as err:
+            raise StartupError(f"cannot install the run-end trigger and flows table: {_explain(err, config)}") from None
     register_queues(config)
     return dbos
 
