@@ -20,7 +20,7 @@ URL = "postgresql://fireflow:s3cr3t-pw@db.example:6543/runs"
 PREFIX = 'connection failed: connection to server at "10.0.0.5", port 6543 failed: '
 
 
-def _wrapped(orig: Exception, statement: str = "SELECT 1") -> sa.exc.DBAPIError:
+def _wrapped(orig: Exception, statement: str = "SELECT 1") -> sa.exc.StatementError:
     """What SQLAlchemy raises around psycopg's error: the statement and a link in its text."""
     return sa.exc.DBAPIError.instance(statement, {}, orig, psycopg.Error)
 

@@ -1,5 +1,5 @@
 """Every error of `fireflow`, `fireflow-worker` and `fireflow-operator` is one sentence naming the cause and the
-fix: the commands run as real processes against the session's real PostgreSQL (or a closed port), and what
+fix: the commands run as real processes against the test run's real PostgreSQL (or a closed port), and what
 they print is read as a user reads it. Tracebacks only with `--debug` / DBOS_LOG_LEVEL=DEBUG."""
 
 from __future__ import annotations
