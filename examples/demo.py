@@ -75,12 +75,19 @@ def _end_on_signals() -> None:
         signal.signal(ending, on_signal)
 
 
-def _say(message: str) -> None:
+def _line(text: str) -> None:
+    """One line of output. Its reader gone, the main thread ends the demo (SIGPIPE); a follower thread just
+    falls silent, since the signal's handler ends the demo from the main thread."""
     try:
-        print(f"[demo] {message}", flush=True)
+        print(text, flush=True)
     except BrokenPipeError:  # the write failed before the SIGPIPE handler ran
         _silence_stdout()
-        raise DemoInterrupt(signal.SIGPIPE) from None
+        if threading.current_thread() is threading.main_thread():
+            raise DemoInterrupt(signal.SIGPIPE) from None
+
+
+def _say(message: str) -> None:
+    _line(f"[demo] {message}")
 
 
 def _start_worker(worker_id: str, database_url: str, log_dir: Path) -> tuple[subprocess.Popen[bytes], int]:
@@ -120,7 +127,7 @@ def _follow(client: FireflowClient, label: str, run_id: str, results: dict[str, 
     for event in client.events(run_id, timeout_seconds=120):
         detail = {k: v for k, v in event.items() if k not in ("event", "at_ms")}
         with _PRINT_LOCK:
-            print(f"  {label:<22} {event['event']:<14} {json.dumps(detail, sort_keys=True)}", flush=True)
+            _line(f"  {label:<22} {event['event']:<14} {json.dumps(detail, sort_keys=True)}")
     # The events stream closes just before DBOS records the run's end: wait for that (a failed run raises
     # its error here; its status says the same), else the status may still read PENDING.
     with contextlib.suppress(Exception):
@@ -217,11 +224,11 @@ def run_example_flows(client: FireflowClient) -> int:
     for label in runs:
         status = results.get(label)
         if status is None:
-            print(f"  {label:<22} no result (its events stream ended early)")
+            _line(f"  {label:<22} no result (its events stream ended early)")
             failed += 1
             continue
         shown = status.output if status.error is None else status.error
-        print(f"  {label:<22} {status.status:<8} on {status.executor_id}: {json.dumps(shown, default=str)}")
+        _line(f"  {label:<22} {status.status:<8} on {status.executor_id}: {json.dumps(shown, default=str)}")
         failed += status.status != "SUCCESS"
     return 1 if failed else 0
 
