@@ -69,7 +69,7 @@ def test_should_print_its_usage_and_start_nothing_for_help(tmp_path: Path) -> No
     assert list(scratch.iterdir()) == []  # no log directory, no PostgreSQL data
 
 
-@pytest.mark.parametrize("ending", [signal.SIGPIPE, signal.SIGHUP, signal.SIGTERM], ids=lambda s: s.name)
+@pytest.mark.parametrize("ending", [signal.SIGINT, signal.SIGPIPE, signal.SIGHUP, signal.SIGTERM], ids=lambda s: s.name)
 def test_should_remove_its_postgres_and_workers_whatever_ends_it(ending: signal.Signals, tmp_path: Path) -> None:
     with (tmp_path / "stderr").open("w") as stderr:
         demo = subprocess.Popen(
