@@ -14,10 +14,11 @@ import statistics
 import time
 import uuid
 
-from fireflow_worker.local_postgres import LocalPostgres
+from fireflow_local.postgres import LocalPostgres
 from tests.kube.cluster import LocalCluster
 from tests.kube.plugin import fresh_namespace
-from tests.operator.conftest import (
+from tests.operator.upgrade_traffic import Traffic
+from tests.support.pools import (
     OperatorProcess,
     condition,
     create_pool,
@@ -28,7 +29,6 @@ from tests.operator.conftest import (
     wait_for_pool,
     wait_until,
 )
-from tests.operator.upgrade_traffic import Traffic
 
 DBOS = {"pollingIntervalMs": 50, "shutdownDrainTimeoutMs": 3000, "systemDatabasePoolSize": 5}
 

@@ -38,7 +38,7 @@ from benchmarks import measure, report
 from benchmarks.database import Databases
 from benchmarks.workload import QUEUE, TS_DIR, WORKER_CONCURRENCY, Kind
 from fireflow_contract import queues as ff_queues
-from fireflow_worker.local_postgres import LocalPostgres
+from fireflow_local.postgres import LocalPostgres
 
 DEBIAN_POSTGRES = Path("/usr/lib/postgresql")
 

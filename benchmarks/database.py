@@ -13,7 +13,7 @@ import psycopg
 
 from benchmarks.procs import migrate
 from benchmarks.workload import Kind
-from fireflow_worker.local_postgres import LocalPostgres
+from fireflow_local.postgres import LocalPostgres
 from fireflow_worker.schema import ENQUEUED_PREFIX, WAKE_CHANNEL
 
 TERMINAL = ("SUCCESS", "ERROR", "CANCELLED", "MAX_RECOVERY_ATTEMPTS_EXCEEDED")

@@ -47,9 +47,9 @@ from demo import run_example_flows  # noqa: E402 - examples/demo.py: the same fl
 from kubernetes.client import AppsV1Api, CoreV1Api, CustomObjectsApi  # noqa: E402
 from kubernetes.client.exceptions import ApiException  # noqa: E402
 
+from fireflow_local.postgres import free_port  # noqa: E402
 from fireflow_operator.api.model import GROUP, PLURAL, VERSION  # noqa: E402
 from fireflow_worker.client import FireflowClient  # noqa: E402
-from fireflow_worker.local_postgres import free_port  # noqa: E402
 from tests.e2e.databases import Database  # noqa: E402
 from tests.e2e.harness import kubectl_apply  # noqa: E402
 from tests.kube.cluster import Cluster, LocalCluster, wait_for_service_account  # noqa: E402

@@ -22,9 +22,9 @@ from pathlib import Path
 from types import FrameType
 from typing import Any
 
+from fireflow_local.postgres import LocalPostgres, free_port
 from fireflow_worker.client import FireflowClient, RunStatus
 from fireflow_worker.flows.validate import read_flow_file
-from fireflow_worker.local_postgres import LocalPostgres, free_port
 
 FLOWS = Path(__file__).resolve().parent / "flows"
 BIN = Path(sys.executable).parent

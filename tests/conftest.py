@@ -13,7 +13,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from fireflow_worker.local_postgres import LocalPostgres
+from fireflow_local.postgres import LocalPostgres
 
 pytest_plugins = ["tests.kube.plugin", "tests.otlp"]
 

@@ -17,8 +17,8 @@ from fireflow_operator.api.model import parse_spec
 from fireflow_operator.children import connection
 from fireflow_operator.children.builders import Pool
 from fireflow_operator.database import recovery
-from fireflow_operator.database.dbprobe import DatabaseQueryError, DatabaseUnreachableError
 from fireflow_operator.database.dsn import redact
+from fireflow_operator.database.kept_connections import DatabaseQueryError, DatabaseUnreachableError
 from fireflow_operator.kube import Kube
 from fireflow_operator.settings import OperatorSettings
 

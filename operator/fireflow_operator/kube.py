@@ -185,6 +185,13 @@ class Kube:
             found[str(pod.metadata.name)] = int(processes) if processes.isdigit() else 1
         return found
 
+    # The pool's StatefulSets have this one home: version N's is names.statefulset_name(pool, N), reconcile, the
+    # fleet and the finalizer all read them here.
+    def pool_statefulset(self, namespace: str, pool_name: str, version_index: int) -> Any | None:
+        """The StatefulSet of one application version of the pool (None when it does not exist)."""
+        name = names.statefulset_name(pool_name, version_index)
+        return read_or_none(self.apps.read_namespaced_stateful_set, name, namespace)
+
     def pool_statefulsets(self, namespace: str, pool_name: str) -> list[Any]:
         """Every StatefulSet of the pool, one per application version (the pool's own children only)."""
         listed = self.apps.list_namespaced_stateful_set(

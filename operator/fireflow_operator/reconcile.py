@@ -17,6 +17,7 @@ from pydantic import ValidationError
 from fireflow_operator.admission import policy, queue_settings
 from fireflow_operator.api import conditions, names
 from fireflow_operator.api.model import parse_spec
+from fireflow_operator.api.pool_status import parse_status
 from fireflow_operator.capacity.scaling import ReplicaPlan
 from fireflow_operator.capacity.sizing import BudgetKeeper
 from fireflow_operator.children import connection, netpol
@@ -28,14 +29,11 @@ from fireflow_operator.children.builders import (
     build_statefulset,
     wants_pdb,
 )
-from fireflow_operator.database.dbprobe import (
-    DatabaseQueryError,
-    DatabaseUnreachableError,
-    pool_connection_prefix,
-    probe_database,
-)
+from fireflow_operator.context import PoolContext
+from fireflow_operator.database.dbprobe import pool_connection_prefix, probe_database
 from fireflow_operator.database.facts import DatabaseFacts
-from fireflow_operator.kube import Kube, api_error, read_or_none
+from fireflow_operator.database.kept_connections import DatabaseQueryError, DatabaseUnreachableError
+from fireflow_operator.kube import Kube, api_error
 from fireflow_operator.migration import machine
 from fireflow_operator.migration.gate import MigrationGate
 from fireflow_operator.pool_conditions import summarize
@@ -66,6 +64,8 @@ class Reconciler:
         draft = StatusDraft.start(body)
         self._reconcile(body, draft)
         draft.transition_events()
+        # Every field is declared (the API server would drop one that is not): a drift fails here, loudly.
+        parse_status(draft.new)
         self.kube.write_status(draft.namespace, draft.name, draft.old, draft.new)
         draft.outcome.status = draft.new
         return draft.outcome
@@ -129,7 +129,7 @@ class Reconciler:
             draft.blocked(refusal.reason, refusal.message)
             return
         try:
-            self._reconcile_children(pool, facts, pools, draft)
+            self._reconcile_children(PoolContext(pool, draft, source.url), facts, pools)
         except ApiException as err:
             if err.status not in (400, 422):
                 raise
@@ -167,8 +167,7 @@ class Reconciler:
         self.kube.ensure_pdb(pool.namespace, names.pdb_name(pool.name), pdb)
 
     def _read_sts(self, pool: Pool, index: int) -> Any:
-        name = names.statefulset_name(pool.name, index)
-        return read_or_none(self.kube.apps.read_namespaced_stateful_set, name, pool.namespace)
+        return self.kube.pool_statefulset(pool.namespace, pool.name, index)
 
     def _step(
         self, pool: Pool, facts: DatabaseFacts, draft: StatusDraft, sts: Any, live_pods: dict[str, int]
@@ -199,9 +198,8 @@ class Reconciler:
             sts = self._read_sts(pool, switched.index)
         return listed, switched, sts
 
-    def _reconcile_children(
-        self, pool: Pool, facts: DatabaseFacts, pools: list[dict[str, Any]], draft: StatusDraft
-    ) -> None:
+    def _reconcile_children(self, ctx: PoolContext, facts: DatabaseFacts, pools: list[dict[str, Any]]) -> None:
+        pool, draft = ctx.pool, ctx.draft
         name = pool.name
         self.kube.ensure_service(build_headless_service(pool))
         netpol.ensure_network_policy(self.kube, pool, draft.new)
@@ -212,7 +210,7 @@ class Reconciler:
         step = self._step(pool, facts, draft, sts, live_pods)
         if step.roll_out:
             listed, current, sts = self._roll_versions(pool, draft, listed, current, sts)
-        retiring = self.fleet.plan_retiring(pool, draft, listed)
+        retiring = self.fleet.plan_retiring(ctx, listed)
         kept = 0 if step.hold_at_zero else sum(r.replicas or 0 for r in retiring)
         plan, over_budget = self.budgets.plan(pool, facts, pools, draft, sts, step, retiring_replicas=kept)
         self._apply_children(pool, draft, sts, plan, step.roll_out, current)
@@ -223,21 +221,21 @@ class Reconciler:
         if step.migration.get("phase") == machine.DONE and not step.hold_at_zero and sts is not None:
             sizes = {names.statefulset_name(name, current.index): plan.allowed}
             sizes |= {names.statefulset_name(name, r.version.index): r.replicas or 0 for r in retiring}
-            self.fleet.recover(pool, draft, sizes, live_pods)
+            self.fleet.recover(ctx, sizes, live_pods)
         for event in (e for r in retiring for e in r.events):
             draft.event("Normal", *event)
-        self._summarize(pool, draft, step, listed, current, over_budget, retiring)
+        self._summarize(ctx, step, listed, current, over_budget, retiring)
 
     def _summarize(
         self,
-        pool: Pool,
-        draft: StatusDraft,
+        ctx: PoolContext,
         step: machine.MigrationStep,
         listed: list[Version],
         current: Version,
         over_budget: str | None,
         retiring: list[fleet.Retiring],
     ) -> None:
+        pool, draft = ctx.pool, ctx.draft
         sts_now = self._read_sts(pool, current.index)
         sts_status = sts_now.status if sts_now is not None else None
         problem = self.fleet.pod_problem(pool, sts_now)
@@ -246,7 +244,7 @@ class Reconciler:
         draft.new["selector"] = names.scale_selector(pool.name, current.index)
         stuck, rolled_back = self.fleet.check_progress(pool, draft, listed, sts_now)
         if listed and not rolled_back:  # a rollback wrote the versions it restores
-            self.fleet.make_current_latest(pool, draft, current, draft.new["readyReplicas"])
+            self.fleet.make_current_latest(ctx, current, draft.new["readyReplicas"])
             draft.new["versions"] = self.fleet.versions_status(pool, listed, retiring)
         summary = summarize(
             step,

@@ -59,6 +59,11 @@ class StatusDraft:
             current, kind, ok, reason, redact(message, self.url), self.generation
         )
 
+    def set_current(self, target: str, image: str, application_version: str) -> None:
+        """The target the current version runs: the one place currentTarget, currentImage and
+        currentApplicationVersion are written (by the gate's roll-out and by the fleet's rollback)."""
+        self.new.update(currentTarget=target, currentImage=image, currentApplicationVersion=application_version)
+
     def event(self, kind: str, reason: str, message: str) -> None:
         self.outcome.events.append((kind, reason, redact(message, self.url)))
 

@@ -14,9 +14,9 @@ from collections.abc import Iterator
 
 import pytest
 
+from fireflow_local.postgres import LocalPostgres, free_port
 from fireflow_worker import migrate
 from fireflow_worker.client import FireflowClient
-from fireflow_worker.local_postgres import LocalPostgres, free_port
 from tests.kube.engine import ProjectImages, docker
 
 pytestmark = pytest.mark.docker
@@ -69,8 +69,9 @@ def test_should_carry_the_contract_and_only_its_own_package(project_images: Proj
         (project_images.worker, "fireflow_worker", "fireflow_operator", "fireflow-operator"),
         (project_images.operator, "fireflow_operator", "fireflow_worker", "fireflow-worker"),
     ):
-        result = run(image, "-c", probe.format(mods=("fireflow_contract", has, lacks)), entrypoint="python")
-        assert result.stdout.split() == ["True", "True", "False"], (image, result.stdout, result.stderr)
+        mods = ("fireflow_contract", has, lacks, "fireflow_local")
+        result = run(image, "-c", probe.format(mods=mods), entrypoint="python")
+        assert result.stdout.split() == ["True", "True", "False", "False"], (image, result.stdout, result.stderr)
         command = run(image, "-c", f"command -v {absent_command}; exit 0", entrypoint="/bin/sh")
         assert command.stdout.strip() == "", (image, command.stdout)
 

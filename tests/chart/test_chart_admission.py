@@ -38,7 +38,7 @@ from fireflow_operator.children.connection import build_copy
 from tests.chart.chart import SERVED_APIS, Json, by_kind, kubectl_apply, render
 from tests.kube import rawapi
 from tests.kube.cluster import Cluster
-from tests.operator.conftest import OperatorProcess, create_secret, pool_body, wait_for_condition, wait_until
+from tests.support.pools import OperatorProcess, create_secret, pool_body, wait_for_condition, wait_until
 
 pytestmark = pytest.mark.usefixtures("helm_bin")
 INSTALLED = {"ServiceAccount", "Role", "RoleBinding", "ClusterRole", "ClusterRoleBinding",

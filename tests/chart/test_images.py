@@ -122,10 +122,11 @@ def test_should_copy_only_existing_paths_that_the_build_context_keeps(image: str
         assert (REPO_ROOT / source).exists(), f"COPY {source}: no such path in the repo"
         assert not dockerignore_excludes(source), f"COPY {source}: .dockerignore keeps it out of the build context"
     # The wheel's metadata needs these (setuptools reads README.md); each image copies its own package's
-    # sources and the contract's (worker/fireflow_contract/, inside worker/ for the worker image).
+    # sources and the contract's (worker/fireflow_contract/), never worker/fireflow_local (development only).
     assert {"pyproject.toml", "README.md", ".ci/constraints.txt"} <= set(sources)
-    own = {"fireflow-worker": {"worker/"}, "fireflow-operator": {"worker/fireflow_contract/", "operator/"}}[image]
-    assert own <= set(sources) and not ({"worker/", "operator/"} - own) & set(sources), sources
+    contract, worker, operator = "worker/fireflow_contract/", "worker/fireflow_worker/", "operator/"
+    own = {"fireflow-worker": {contract, worker}, "fireflow-operator": {contract, operator}}[image]
+    assert own <= set(sources) and not ({"worker/", worker, operator} - own) & set(sources), sources
     assert PYPROJECT["project"]["readme"] == "README.md"
     assert set(PYPROJECT["tool"]["setuptools"]["packages"]["find"]["where"]) == {"worker", "operator"}
 

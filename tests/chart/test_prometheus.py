@@ -23,12 +23,12 @@ import pytest
 import yaml
 from kubernetes.client import ApiClient
 
+from fireflow_local.postgres import free_port
 from fireflow_worker.client import FireflowClient
-from fireflow_worker.local_postgres import free_port
 from tests.chart.chart import CHART_DIR, render
 from tests.kube.cluster import Cluster
 from tests.kube.tools import REPO_ROOT
-from tests.operator.conftest import OperatorProcess, create_pool, create_secret, wait_for_condition
+from tests.support.pools import OperatorProcess, create_pool, create_secret, wait_for_condition
 from tests.worker.flows import sleep_flow
 from tests.worker.proc import WorkerProcess
 from tests.worker.test_logs import three_nodes

@@ -24,7 +24,7 @@ from abc import ABC, abstractmethod
 from dataclasses import dataclass
 from typing import Any
 
-from fireflow_worker.local_postgres import free_port
+from fireflow_local.postgres import free_port
 from tests.kube.cluster import Cluster
 
 Json = dict[str, Any]

@@ -30,7 +30,7 @@ from tests.e2e.tracer import TraceServer
 from tests.kube import rawapi
 from tests.kube.cluster import Cluster
 from tests.kube.tools import BUILD_SCRIPT, REPO_ROOT, helm_path, pins
-from tests.operator.conftest import wait_until
+from tests.support.pools import wait_until
 
 DRAIN_WAIT = 180.0
 

@@ -14,7 +14,7 @@ import shutil
 import time
 from dataclasses import dataclass
 
-from fireflow_worker.local_postgres import SUPERUSER, LocalPostgres, scratch_dir
+from fireflow_local.postgres import SUPERUSER, LocalPostgres, scratch_dir
 
 
 @dataclass(frozen=True)

@@ -28,7 +28,7 @@ from tests.e2e.watch import Recorder
 from tests.kube import rawapi
 from tests.kube.cluster import Cluster, wait_for_service_account
 from tests.kube.tools import REPO_ROOT, helm_path, kubectl_path
-from tests.operator.conftest import condition, create_secret, wait_until
+from tests.support.pools import condition, create_secret, wait_until
 
 Json = dict[str, Any]
 CHART_DIR = REPO_ROOT / "charts" / "fireflow-operator"

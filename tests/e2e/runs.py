@@ -11,7 +11,7 @@ import psycopg
 
 from fireflow_worker.client import FireflowClient
 from tests.e2e.tracer import TraceServer
-from tests.operator.conftest import wait_until
+from tests.support.pools import wait_until
 
 Json = dict[str, Any]
 WAIT = 300.0  # generous: two cores run the control plane, the operator, the workers and PostgreSQL at once

@@ -36,7 +36,7 @@ from tests.e2e.runs import (
 )
 from tests.e2e.watch import Observed
 from tests.kube import rawapi
-from tests.operator.conftest import condition, wait_until
+from tests.support.pools import condition, wait_until
 
 pytestmark = pytest.mark.e2e
 

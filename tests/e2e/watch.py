@@ -15,7 +15,7 @@ from kubernetes.client.exceptions import ApiException
 from tests.e2e.runs import WAIT
 from tests.kube import rawapi
 from tests.kube.cluster import Cluster
-from tests.operator.conftest import wait_until
+from tests.support.pools import wait_until
 
 Json = dict[str, Any]
 

@@ -15,7 +15,8 @@ from fireflow_operator.api.model import GROUP, PLURAL, VERSION
 from fireflow_operator.kube import Kube
 from fireflow_operator.settings import load_settings
 from fireflow_worker.client import FireflowClient
-from tests.operator.conftest import (
+from tests.operator.upgrade_traffic import run_rows, statuses
+from tests.support.pools import (
     QUICK_DBOS,
     OperatorProcess,
     condition,
@@ -29,7 +30,6 @@ from tests.operator.conftest import (
     wait_for_pool,
     wait_until,
 )
-from tests.operator.upgrade_traffic import run_rows, statuses
 
 LONG = {"name": "long", "nodes": {"nap": {"type": "sleep", "params": {"seconds": 300}}}}
 

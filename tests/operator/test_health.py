@@ -10,7 +10,7 @@ import pytest
 from kubernetes.client import ApiClient, AppsV1Api
 
 from fireflow_worker.client import FireflowClient
-from tests.operator.conftest import (
+from tests.support.pools import (
     OperatorProcess,
     condition,
     create_pool,

@@ -15,7 +15,7 @@ from kubernetes.client import ApiClient, AppsV1Api, CustomObjectsApi, PolicyV1Ap
 from kubernetes.client.exceptions import ApiException
 
 from fireflow_operator.api.model import GROUP, MAX_POOL_NAME, PLURAL, VERSION
-from tests.operator.conftest import (
+from tests.support.pools import (
     OperatorProcess,
     condition,
     create_pool,

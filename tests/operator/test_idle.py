@@ -11,7 +11,7 @@ import time
 from kubernetes.client import ApiClient, AppsV1Api, CoreV1Api, CustomObjectsApi
 
 from fireflow_operator.api.model import GROUP, PLURAL, VERSION
-from tests.operator.conftest import OperatorProcess, create_pool, create_secret, wait_for_condition, wait_until
+from tests.support.pools import OperatorProcess, create_pool, create_secret, wait_for_condition, wait_until
 
 RESYNCS = 4  # looks at the pool by its timer (every 5 s in the test operator)
 

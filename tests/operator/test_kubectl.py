@@ -16,7 +16,7 @@ from fireflow_operator.api.crd import CRD_COPIES
 from fireflow_operator.status import StatusDraft
 from tests.kube.cluster import Cluster
 from tests.kube.tools import REPO_ROOT, kubectl_path
-from tests.operator.conftest import (
+from tests.support.pools import (
     OperatorProcess,
     create_pool,
     create_secret,

@@ -10,7 +10,8 @@ from collections import Counter
 from kubernetes.client import ApiClient, CoordinationV1Api
 from kubernetes.client.exceptions import ApiException
 
-from tests.operator.conftest import (
+from tests.operator.recorder import Recorder, violations
+from tests.support.pools import (
     OperatorProcess,
     create_pool,
     create_secret,
@@ -21,7 +22,6 @@ from tests.operator.conftest import (
     wait_for_pool,
     wait_until,
 )
-from tests.operator.recorder import Recorder, violations
 
 LEASE = "fireflow-operator"
 

@@ -11,10 +11,11 @@ import psycopg
 import pytest
 from kubernetes.client import ApiClient, AppsV1Api, BatchV1Api, CoreV1Api, PolicyV1Api
 
+from fireflow_local.postgres import LocalPostgres
 from fireflow_worker import migrate
 from fireflow_worker.client import FireflowClient
-from fireflow_worker.local_postgres import LocalPostgres
-from tests.operator.conftest import (
+from tests.operator.recorder import Recorder, violations, worker_pods
+from tests.support.pools import (
     OperatorProcess,
     assert_no_secret,
     condition,
@@ -29,7 +30,6 @@ from tests.operator.conftest import (
     wait_for_pool,
     wait_until,
 )
-from tests.operator.recorder import Recorder, violations, worker_pods
 
 
 def test_should_hold_a_pool_at_the_connection_budget_and_say_why(

@@ -7,7 +7,7 @@ from __future__ import annotations
 from kubernetes.client import ApiClient
 
 from tests.kube.cluster import Cluster
-from tests.operator.conftest import OperatorProcess, create_pool, create_secret, wait_for_condition
+from tests.support.pools import OperatorProcess, create_pool, create_secret, wait_for_condition
 from tests.worker.test_logs import json_lines
 
 

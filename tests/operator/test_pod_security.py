@@ -14,14 +14,6 @@ from pydantic import ValidationError
 
 from fireflow_operator.api.model import GROUP, PLURAL, VERSION, parse_spec
 from fireflow_operator.children.builders import Pool, build_migration_job, build_statefulset
-from tests.operator.conftest import (
-    OperatorProcess,
-    condition,
-    create_secret,
-    list_events,
-    pool_body,
-    wait_for_condition,
-)
 from tests.operator.pod_security import (
     ANNOTATIONS,
     BASE,
@@ -30,6 +22,14 @@ from tests.operator.pod_security import (
     accepted_corpus,
     pod_templates,
     restricted_verdicts,
+)
+from tests.support.pools import (
+    OperatorProcess,
+    condition,
+    create_secret,
+    list_events,
+    pool_body,
+    wait_for_condition,
 )
 
 RESTRICTED = "pool pods run under the restricted Pod Security Standard"

@@ -18,12 +18,12 @@ from kubernetes import watch
 from kubernetes.client import ApiClient, AppsV1Api, BatchV1Api, CoreV1Api, CustomObjectsApi
 from kubernetes.client.exceptions import ApiException
 
+from fireflow_local.postgres import LocalPostgres
 from fireflow_operator.api.model import GROUP, PLURAL, VERSION
 from fireflow_worker import migrate
 from fireflow_worker.client import FireflowClient
-from fireflow_worker.local_postgres import LocalPostgres
 from tests.kube.plugin import fresh_namespace
-from tests.operator.conftest import (
+from tests.support.pools import (
     OperatorProcess,
     assert_no_secret,
     condition,

@@ -6,7 +6,7 @@ from kubernetes.client import ApiClient, AppsV1Api, BatchV1Api, CoreV1Api, Custo
 
 from fireflow_operator.api.model import GROUP, PLURAL, VERSION
 from fireflow_worker import migrate
-from tests.operator.conftest import (
+from tests.support.pools import (
     OperatorProcess,
     condition,
     create_secret,

@@ -13,7 +13,7 @@ from kubernetes.client import ApiClient, AppsV1Api, CoreV1Api, CustomObjectsApi,
 from kubernetes.client.exceptions import ApiException
 
 from fireflow_operator.api.model import GROUP, PLURAL, VERSION
-from tests.operator.conftest import (
+from tests.support.pools import (
     OperatorProcess,
     condition,
     create_secret,

@@ -5,8 +5,8 @@ from __future__ import annotations
 from kubernetes.client import ApiClient
 
 from tests.kube.cluster import Cluster
-from tests.operator.conftest import OperatorProcess, create_pool, create_secret, wait_for_condition
 from tests.otlp import Collector
+from tests.support.pools import OperatorProcess, create_pool, create_secret, wait_for_condition
 
 
 def test_should_export_a_span_per_reconcile_naming_the_pool(

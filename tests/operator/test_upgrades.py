@@ -17,7 +17,9 @@ import pytest
 from kubernetes.client import ApiClient, AppsV1Api
 
 from fireflow_worker.client import FireflowClient
-from tests.operator.conftest import (
+from tests.operator.recorder import Recorder, fewest_alive, violations, worker_pods
+from tests.operator.upgrade_traffic import Traffic, run_rows, statuses, versions
+from tests.support.pools import (
     QUICK_DBOS,
     OperatorProcess,
     condition,
@@ -32,8 +34,6 @@ from tests.operator.conftest import (
     wait_for_pool,
     wait_until,
 )
-from tests.operator.recorder import Recorder, fewest_alive, violations, worker_pods
-from tests.operator.upgrade_traffic import Traffic, run_rows, statuses, versions
 
 
 def _sleepy(seconds: int) -> dict[str, Any]:

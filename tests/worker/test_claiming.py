@@ -15,9 +15,9 @@ from typing import Any
 import psycopg
 import pytest
 
+from fireflow_local.postgres import LocalPostgres
 from fireflow_worker import migrate
 from fireflow_worker.client import FireflowClient
-from fireflow_worker.local_postgres import LocalPostgres
 from tests.worker import flows
 from tests.worker.proc import WorkerProcess, wait_for
 

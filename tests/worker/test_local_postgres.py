@@ -13,8 +13,8 @@ from pathlib import Path
 import psycopg
 import pytest
 
-from fireflow_worker import local_postgres
-from fireflow_worker.local_postgres import (
+from fireflow_local import postgres as local_postgres
+from fireflow_local.postgres import (
     POSTGRES_DIR_ENV,
     LocalPostgres,
     PortTakenError,

@@ -24,12 +24,13 @@ from fireflow_operator.api.model import (
     VERSIONED_NAME,
     PoolSpec,
 )
+from fireflow_operator.api.pool_status import PoolStatus
 
 _KEEP = {
     "type", "description", "default", "minimum", "maximum", "minLength", "maxLength", "pattern", "enum",
     "items", "properties", "required", "additionalProperties", "minItems", "maxItems",
     "x-kubernetes-preserve-unknown-fields", "x-kubernetes-validations", "x-kubernetes-list-type",
-    "x-kubernetes-int-or-string", "maxProperties",
+    "x-kubernetes-int-or-string", "maxProperties", "format", "x-kubernetes-list-map-keys",
 }  # fmt: skip
 
 
@@ -86,57 +87,21 @@ VERSION_SUFFIX_RULE = {
     "StatefulSets named <pool>-v<N>; choose another name",
 }
 
-STATUS_SCHEMA: dict[str, Any] = {
-    "type": "object",
-    "description": "What the operator observed and did; written by the operator only.",
-    "x-kubernetes-preserve-unknown-fields": True,
-    "properties": {
-        "phase": {"type": "string", "description": "Pending, Migrating, Running or Degraded."},
-        "phaseReason": {
-            "type": "string",
-            "description": "Why the pool is in its phase: one of the condition reasons (README, Troubleshooting).",
-        },
-        "observedGeneration": {"type": "integer", "description": "The metadata.generation this status is about."},
-        "replicas": {"type": "integer", "description": "Worker pods of the current version (the /scale status)."},
-        "readyReplicas": {"type": "integer", "description": "Worker pods of the current version that are Ready."},
-        "desiredReplicas": {
-            "type": "integer",
-            "description": "Workers the operator runs: spec.replicas, or fewer when the connection budget or a "
-            "migration holds the pool.",
-        },
-        "selector": {"type": "string", "description": "Label selector of the pool's worker pods (for /scale)."},
-        "schemaVersion": {"type": "integer", "description": "The DBOS schema version of the pool's database."},
-        "requiredSchemaVersion": {"type": "integer", "description": "The DBOS schema version the target image needs."},
-        "currentImage": {"type": "string", "description": "The worker image the current version runs."},
-        "targetImage": {"type": "string", "description": "The image being rolled out (spec.image, once let through)."},
-        "recoveredRuns": {
-            "type": "integer",
-            "description": "PENDING runs of departed workers handed back to their queue, in total.",
-        },
-        "conditions": {
-            "type": "array",
-            "description": "Ready, Progressing, SchemaReady, ConnectionBudget and Degraded.",
-            "x-kubernetes-list-type": "map",
-            "x-kubernetes-list-map-keys": ["type"],
-            "items": {
-                "type": "object",
-                "required": ["type", "status"],
-                "properties": {
-                    "type": {"type": "string", "description": "The condition's name."},
-                    "status": {"type": "string", "enum": ["True", "False", "Unknown"], "description": "Its state."},
-                    "reason": {"type": "string", "description": "Why, in one CamelCase word."},
-                    "message": {"type": "string", "description": "Why, in a sentence naming what to do."},
-                    "lastTransitionTime": {
-                        "type": "string",
-                        "format": "date-time",
-                        "description": "When its status or reason last changed.",
-                    },
-                    "observedGeneration": {"type": "integer", "description": "The generation it was computed for."},
-                },
-            },
-        },
-    },
-}
+
+def _without_defaults(schema: dict[str, Any]) -> dict[str, Any]:
+    """The operator writes the status whole: no API-server defaults in it."""
+    out = {key: value for key, value in schema.items() if key != "default"}
+    if "properties" in out:
+        out["properties"] = {name: _without_defaults(prop) for name, prop in out["properties"].items()}
+    if isinstance(out.get("items"), dict):
+        out["items"] = _without_defaults(out["items"])
+    return out
+
+
+def status_schema() -> dict[str, Any]:
+    """The status subresource's schema, from pool_status.PoolStatus."""
+    schema = PoolStatus.model_json_schema(by_alias=True)
+    return _without_defaults(_structural(schema, schema.get("$defs", {})))
 
 
 # `kubectl get fireflow`: DESIRED is what was asked for, READY what runs; PHASE and REASON say why they differ.
@@ -194,7 +159,7 @@ def build_crd() -> dict[str, Any]:
                                 "kind": {"type": "string"},
                                 "metadata": {"type": "object"},
                                 "spec": spec_schema,
-                                "status": STATUS_SCHEMA,
+                                "status": status_schema(),
                             },
                         }
                     },
@@ -214,7 +179,10 @@ def build_crd() -> dict[str, Any]:
 
 
 def render_crd() -> str:
-    header = "# Generated by `python -m fireflow_operator.api.crd` from fireflow_operator/api/model.py; do not edit.\n"
+    header = (
+        "# Generated by `python -m fireflow_operator.api.crd` from fireflow_operator/api/model.py and "
+        "pool_status.py; do not edit.\n"
+    )
     return header + yaml.safe_dump(build_crd(), sort_keys=False, width=120)
 
 

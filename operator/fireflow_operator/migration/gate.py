@@ -80,9 +80,9 @@ class MigrationGate:
         for reason, message in step.events:
             draft.event("Warning" if step.failure else "Normal", reason, message)
         if step.roll_out:
-            draft.new.update(
-                currentTarget=target, currentImage=spec.image, currentApplicationVersion=spec.dbos.application_version
-            )
+            draft.set_current(target, spec.image, spec.dbos.application_version)
         if step.schema_version is not None:
             draft.new["schemaVersion"] = step.schema_version
+        if step.migration.get("requiredVersion"):
+            draft.new["requiredSchemaVersion"] = int(step.migration["requiredVersion"])
         return step

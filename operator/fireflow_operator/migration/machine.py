@@ -144,10 +144,10 @@ def _planned(m: dict[str, Any], inp: MigrationInput) -> MigrationStep:
         return _failed(m, inp, "migration plan", plan.error)
     assert plan.summary is not None
     required = plan.summary.required_version or 0
+    m = {**m, "requiredVersion": required}
     if not plan.summary.migration_needed or inp.schema_version >= required:
         version = max(inp.schema_version, plan.summary.current_version or 0)
         return _done(m, f"schema {version} is current: rolling update", "RollingUpdate", version)
-    m = {**m, "requiredVersion": required}
     if inp.database_apply_running:
         waiting = f"schema {inp.schema_version} is behind {required}; waiting for {inp.database_apply_running}"
         return MigrationStep({**m, "message": waiting})

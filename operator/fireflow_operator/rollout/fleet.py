@@ -17,9 +17,10 @@ from kubernetes.client.exceptions import ApiException
 
 from fireflow_operator.api import conditions, names
 from fireflow_operator.children.builders import Pool, build_statefulset
+from fireflow_operator.context import PoolContext
 from fireflow_operator.database import recovery, versions_db
-from fireflow_operator.database.dbprobe import DatabaseQueryError, DatabaseUnreachableError
-from fireflow_operator.kube import Kube, read_or_none
+from fireflow_operator.database.kept_connections import DatabaseQueryError, DatabaseUnreachableError
+from fireflow_operator.kube import Kube
 from fireflow_operator.migration import observe
 from fireflow_operator.rollout import health, progress, versions
 from fireflow_operator.settings import OperatorSettings
@@ -83,16 +84,16 @@ class Fleet:
             draft.event("Normal", "VersionRollout", message)
         return switched
 
-    def plan_retiring(self, pool: Pool, draft: StatusDraft, listed: list[versions.Version]) -> list[Retiring]:
+    def plan_retiring(self, ctx: PoolContext, listed: list[versions.Version]) -> list[Retiring]:
         retiring = [v for v in listed if v.state == versions.RETIRING]
         if not retiring:
             return []
-        assert draft.url is not None
+        pool, draft, url = ctx.pool, ctx.draft, ctx.url
         spec = pool.spec
         statefulsets = [names.statefulset_name(pool.name, v.index) for v in listed]
         try:
             counts = versions_db.runs_left(
-                draft.url, namespace=pool.namespace, statefulsets=statefulsets, queues=list(spec.queues),
+                url, namespace=pool.namespace, statefulsets=statefulsets, queues=list(spec.queues),
                 versions=[v.application_version for v in retiring],
                 timeout_seconds=self.settings.database_timeout_seconds,
             )  # fmt: skip
@@ -106,22 +107,22 @@ class Fleet:
                 version, pending=pending, enqueued=enqueued, worker_concurrency=spec.dbos.worker_concurrency,
                 now=time.time(), retire_after=spec.rollout.retire_after_seconds,
             )  # fmt: skip
-            forked = plan.fork and self._fork(pool, draft, version, statefulsets)
+            forked = plan.fork and self._fork(ctx, version, statefulsets)
             kept = versions.Version(**{**version.__dict__, "forked": True}) if forked else version
             plans.append(Retiring(kept, plan.replicas, pending, enqueued, plan.events))
         return plans
 
-    def _fork(self, pool: Pool, draft: StatusDraft, version: versions.Version, statefulsets: list[str]) -> bool:
+    def _fork(self, ctx: PoolContext, version: versions.Version, statefulsets: list[str]) -> bool:
         """Fork what `version` still has onto the current version; True once done (then never again)."""
-        assert draft.url is not None
+        pool, draft, url = ctx.pool, ctx.draft, ctx.url
         current = current_of(load(draft.new)) or version
         try:
             run_ids = versions_db.runs_of_version(
-                draft.url, namespace=pool.namespace, statefulsets=statefulsets, queues=list(pool.spec.queues),
+                url, namespace=pool.namespace, statefulsets=statefulsets, queues=list(pool.spec.queues),
                 version=version.application_version, timeout_seconds=self.settings.database_timeout_seconds,
             )  # fmt: skip
             forked = versions_db.fork_runs(
-                draft.url, pool.spec.dbos.application_name, run_ids=run_ids, to_version=current.application_version
+                url, pool.spec.dbos.application_name, run_ids=run_ids, to_version=current.application_version
             )
         except (DatabaseUnreachableError, DatabaseQueryError) as err:
             draft.event("Warning", "VersionForkFailed", str(err))
@@ -139,7 +140,7 @@ class Fleet:
         for plan in plans:
             version = plan.version
             name = names.statefulset_name(pool.name, version.index)
-            existing = read_or_none(self.kube.apps.read_namespaced_stateful_set, name, pool.namespace)
+            existing = self.kube.pool_statefulset(pool.namespace, pool.name, version.index)
             if plan.replicas is None:
                 if existing is not None:
                     self.kube.delete_statefulset(pool.namespace, name)
@@ -154,13 +155,13 @@ class Fleet:
                 if err.status != 409:
                     raise
 
-    def make_current_latest(self, pool: Pool, draft: StatusDraft, current: versions.Version, ready: int) -> None:
+    def make_current_latest(self, ctx: PoolContext, current: versions.Version, ready: int) -> None:
         """Version-less runs go to DBOS's latest version: make it the current one once it serves."""
+        pool, draft, url = ctx.pool, ctx.draft, ctx.url
         if ready < 1 or draft.old.get("latestVersion") == current.application_version:
             return
-        assert draft.url is not None
         try:
-            if versions_db.make_latest(draft.url, pool.spec.dbos.application_name, current.application_version):
+            if versions_db.make_latest(url, pool.spec.dbos.application_name, current.application_version):
                 message = f"application version {current.application_version!r} is now DBOS's latest: new runs go to it"
                 draft.event("Normal", "LatestVersion", message)
         except DatabaseQueryError as err:
@@ -178,7 +179,7 @@ class Fleet:
             plan = by_index.get(listed_version.index)
             version = plan.version if plan is not None else listed_version
             name = names.statefulset_name(pool.name, version.index)
-            sts = read_or_none(self.kube.apps.read_namespaced_stateful_set, name, pool.namespace)
+            sts = self.kube.pool_statefulset(pool.namespace, pool.name, version.index)
             status = sts.status if sts is not None else None
             entry = {
                 **version.as_status(),
@@ -191,21 +192,19 @@ class Fleet:
             entries.append(entry)
         return entries
 
-    def recover(self, pool: Pool, draft: StatusDraft, statefulsets: dict[str, int], live_pods: dict[str, int]) -> None:
+    def recover(self, ctx: PoolContext, statefulsets: dict[str, int], live_pods: dict[str, int]) -> None:
         """No stranded runs: hand back the PENDING runs of departed pods that will not return, for every
         version's StatefulSet (name -> the replicas it keeps)."""
-        assert draft.url is not None
+        pool, draft, url = ctx.pool, ctx.draft, ctx.url
         timeout = self.settings.database_timeout_seconds
         try:
             stranded: list[str] = []
             for sts_name, replicas in statefulsets.items():
-                pending = recovery.pending_executors(draft.url, pool.namespace, sts_name, timeout_seconds=timeout)
+                pending = recovery.pending_executors(url, pool.namespace, sts_name, timeout_seconds=timeout)
                 stranded += recovery.stranded_executors(
                     pending, namespace=pool.namespace, statefulset=sts_name, replicas=replicas, live_pods=live_pods
                 )
-            recovered = recovery.resume_runs_of(
-                draft.url, pool.spec.dbos.application_name, stranded, timeout_seconds=timeout
-            )
+            recovered = recovery.resume_runs_of(url, pool.spec.dbos.application_name, stranded, timeout_seconds=timeout)
         except (DatabaseUnreachableError, DatabaseQueryError) as err:
             draft.event("Warning", conditions.REASON_RUNS_NOT_RECOVERED, f"cannot recover runs yet: {err}")
             draft.outcome.requeue_seconds = self.settings.resync_seconds
@@ -236,11 +235,7 @@ class Fleet:
         draft.new["rollout"] = verdict.rollout
         if verdict.roll_back:
             previous = verdict.rollout["previous"]
-            draft.new.update(
-                currentTarget=previous["target"],
-                currentImage=previous["image"],
-                currentApplicationVersion=previous["applicationVersion"],
-            )
+            draft.set_current(previous["target"], previous["image"], previous["applicationVersion"])
             replicas = int(draft.new.get("desiredReplicas") or 0)
             draft.new["versions"] = [v.as_status() for v in self.roll_out(draft, listed, replicas)]
             draft.event("Warning", conditions.REASON_ROLLOUT_STUCK, verdict.stuck or "")

@@ -288,9 +288,9 @@ class _World:
             assert self.required[target] <= self.schema, f"a worker of {target} runs on schema {self.schema}"
 
 
-@pytest.mark.parametrize("seed", range(300))
-def test_should_keep_the_gate_invariants_in_any_sequence(seed: int) -> None:
-    rng = random.Random(seed)
+@pytest.mark.parametrize("sequence", range(300))
+def test_should_keep_the_gate_invariants_in_any_sequence(sequence: int) -> None:
+    rng = random.Random(sequence)
     targets = [f"t{i}" for i in range(5)]
     world = _World(
         rng,
