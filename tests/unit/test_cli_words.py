@@ -45,6 +45,7 @@ def test_should_not_warn_of_what_the_worker_reads_or_other_programs_read_beside_
         "FIREFLOW_TERMINATION_LOG": "/dev/termination-log",
         "FIREFLOW_OPERATOR_NAMESPACES": "a",
         "FIREFLOW_TEST_WORKERS": "3",
+        "FIREFLOW_SEQUENCES": "1,2",
         "OTEL_EXPORTER_OTLP_ENDPOINT": "http://127.0.0.1:4318",
         "PGAPPNAME": "x",
         "POD_NAME": "w-0",

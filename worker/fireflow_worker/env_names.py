@@ -50,10 +50,11 @@ OTHER_PROGRAMS = frozenset(
         "FIREFLOW_DBOS_SDK",
         "FIREFLOW_TERMINATION_MESSAGE_PATH",
         "FIREFLOW_DATABASE_URL",
+        "FIREFLOW_SEQUENCES",
     }
 )
-# Whole families of other programs' settings: the operator's, the test harness's and its random sequences'.
-OTHER_PREFIXES = ("FIREFLOW_OPERATOR_", "FIREFLOW_TEST_", "FIREFLOW_SEQUENCE_")
+# Whole families of other programs' settings: the operator's and the test harness's.
+OTHER_PREFIXES = ("FIREFLOW_OPERATOR_", "FIREFLOW_TEST_")
 # How alike a known name must be to be offered (difflib's ratio).
 CLOSEST = 0.6
 
