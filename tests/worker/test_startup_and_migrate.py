@@ -33,7 +33,8 @@ def test_should_refuse_to_start_when_migrations_are_off_and_the_schema_is_missin
     assert worker.wait_exit() == 1
     output = worker.output()
     assert "cannot start:" in output
-    assert "is at schema version 0, but this version of DBOS requires" in output
+    assert "is at version 0 and this version of DBOS needs" in output
+    assert "run `fireflow-worker migrate`" in output
     assert migrate.current_version(database_url) == 0  # verify-only: it created nothing
 
 

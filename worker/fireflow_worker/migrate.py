@@ -19,6 +19,7 @@ from psycopg import errors as pg_errors
 
 from fireflow_contract import migration_summary
 from fireflow_contract.dburl import libpq_url
+from fireflow_contract.explain import database_error
 from fireflow_contract.migration_summary import MigrationSummary
 from fireflow_worker import migration_safety, schema
 
@@ -127,9 +128,10 @@ def apply(
                 time.sleep(retry_delay_seconds)
                 continue
             summary.result = migration_summary.FAILED
-            reason = "lock timeout" if _is_lock_timeout(err) else type(err).__name__
             detail = " ".join(str(getattr(err, "orig", None) or err).split())
-            summary.error = f"{reason}: {detail}"[:1000]
+            explained = None if _is_lock_timeout(err) else database_error(err, database_url)
+            reason = "lock timeout" if _is_lock_timeout(err) else type(err).__name__
+            summary.error = (explained or f"{reason}: {detail}")[:1000]
             break
         summary.project_objects = "installed" if installed else "present"
         break

@@ -26,6 +26,8 @@ from dbos import DBOS, DBOSConfig
 
 from fireflow_contract import executor_ids, logformat, queues, telemetry
 from fireflow_contract.dburl import mask_logs, redact_url
+from fireflow_contract.explain import bind_error, database_error
+from fireflow_contract.worker_variables import DATABASE_URL, HEALTH_HOST, HEALTH_PORT
 from fireflow_worker import dbos_internals, engine, run_encodings, schema, worker_db
 from fireflow_worker.cancellation import CancelWatcher
 from fireflow_worker.config import WorkerConfig
@@ -103,6 +105,7 @@ def configure_logging(config: WorkerConfig) -> None:
     logformat.set_process_context(
         namespace=os.environ.get("POD_NAMESPACE"), pool=os.environ.get("FIREFLOW_POOL"), executor=config.executor_id
     )
+    DBOS_START_LINES.quiet_launch_failures = config.log_level != "DEBUG"
     logging.getLogger("dbos").addFilter(DBOS_START_LINES)
     mask_logs([config.system_database_url])
     sys.excepthook = lambda kind, value, tb: log.critical("uncaught exception", exc_info=(kind, value, tb))
@@ -126,8 +129,9 @@ def run_worker(config: WorkerConfig) -> int:
     if config.local_mode:
         log.warning("local mode: SQLite at %s; fit for one worker, not for replicas", config.local_sqlite_path)
     state = HealthState()
-    server = HealthServer(state, config.health_host, config.health_port).start()
-    _tell_supervisor(server.port)
+    server = _serve_health(state, config)
+    if server is None:
+        return 1
     stop = threading.Event()
 
     def on_signal(signum: int, _frame: FrameType | None) -> None:
@@ -182,6 +186,18 @@ def run_worker(config: WorkerConfig) -> int:
     log.info("stopped")
     _flush_and_exit(0)
     return 0  # not reached
+
+
+def _serve_health(state: HealthState, config: WorkerConfig) -> HealthServer | None:
+    """The health server, started, its port told to a supervisor; None: the port cannot be bound (said in the
+    log, in one sentence)."""
+    try:
+        server = HealthServer(state, config.health_host, config.health_port).start()
+    except OSError as err:
+        log.error("cannot start: %s", bind_error(err, config.health_host, config.health_port, HEALTH_HOST, HEALTH_PORT))
+        return None
+    _tell_supervisor(server.port)
+    return server
 
 
 def _configure_tracing(config: WorkerConfig) -> bool:
@@ -276,12 +292,17 @@ def _launch(config: WorkerConfig) -> DBOS:
     except Exception as err:
         raise StartupError(_explain(err, config)) from None
     watcher.start()
-    _settle_latest_version(config)
+    try:
+        _settle_latest_version(config)
+    except StartupError:
+        raise
+    except Exception as err:
+        raise StartupError(_explain(err, config)) from None
     if config.database_url is not None:
         try:
             schema.install_pooled(_sys_engine(dbos))
         except Exception as err:
-            raise StartupError(f"cannot install the run-end trigger and flows table: {_one_line(err)}") from None
+            raise StartupError(f"cannot install the run-end trigger and flows table: {_explain(err, config)}") from None
     register_queues(config)
     return dbos
 
@@ -318,11 +339,12 @@ def _one_line(err: BaseException) -> str:
 
 
 def _explain(err: BaseException, config: WorkerConfig) -> str:
-    """DBOS's message, led by what to do when it is the two-application-names mistake."""
+    """What to do when it is the two-application-names mistake, else one sentence for what the database
+    said, else DBOS's message."""
     message = _one_line(err)
     if "already registered by application" in message:
         return (
             f"another application already uses this database; every worker on one database must use the same "
             f"DBOS_APPLICATION_NAME (this worker has {config.application_name!r}). DBOS: {message}"
         )
-    return message
+    return database_error(err, config.system_database_url, DATABASE_URL) or message

@@ -40,6 +40,8 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from fireflow_contract import logformat
 from fireflow_contract.executor_ids import child_executor_id
+from fireflow_contract.explain import bind_error
+from fireflow_contract.worker_variables import HEALTH_HOST, HEALTH_PORT
 from fireflow_worker.config import WorkerConfig
 from fireflow_worker.health import NOT_FOUND, Reply, probe_handler
 from fireflow_worker.processes import HEALTH_PORT_FD_ENV, SUPERVISOR_PID_ENV
@@ -215,7 +217,11 @@ def run_supervisor(config: WorkerConfig, processes: int) -> int:
 
     signal.signal(signal.SIGTERM, on_signal)
     signal.signal(signal.SIGINT, on_signal)
-    server = ThreadingHTTPServer((config.health_host, config.health_port), _handler_for(supervisor))
+    try:
+        server = ThreadingHTTPServer((config.health_host, config.health_port), _handler_for(supervisor))
+    except OSError as err:
+        log.error("cannot start: %s", bind_error(err, config.health_host, config.health_port, HEALTH_HOST, HEALTH_PORT))
+        return 1
     server.daemon_threads = True
     threading.Thread(target=server.serve_forever, name="health-server", daemon=True).start()
     log.info(
