@@ -63,7 +63,9 @@ def plan(database_url: str) -> MigrationSummary:
     current = current_version(database_url)
     migrations = dbos_migrations()
     required = len(migrations)
-    verdicts = migration_safety.step_verdicts(migrations, current, required)
+    # A database without DBOS's tables has no worker on it to disturb: every step is safe to apply online.
+    fresh = current == 0 and not _has_workflow_table(database_url)
+    verdicts = [] if fresh else migration_safety.step_verdicts(migrations, current, required)
     objects = "current" if current > 0 and objects_version(database_url) == schema.OBJECTS_VERSION else "outdated"
     return MigrationSummary(
         action="plan",
@@ -75,6 +77,19 @@ def plan(database_url: str) -> MigrationSummary:
         unsafe=[f"migration {v.version}: {v.reason}" for v in verdicts[:5]] or None,
         project_objects=objects,
     )
+
+
+def _has_workflow_table(database_url: str) -> bool:
+    """Whether DBOS's workflow table exists (an older DBOS keeps its version elsewhere, but has this table)."""
+    try:
+        conn = psycopg.connect(libpq_url(database_url), connect_timeout=10)
+    except psycopg.OperationalError as err:
+        if "does not exist" in str(err):
+            return False
+        raise
+    with conn:
+        row = conn.execute("SELECT to_regclass('dbos.workflow_status') IS NOT NULL").fetchone()
+        return bool(row and row[0])
 
 
 def objects_version(database_url: str) -> str | None:
@@ -119,6 +134,8 @@ def apply(
         summary.attempts = attempt
         try:
             summary.current_version = current_version(url)
+            if summary.previous_version is None:
+                summary.previous_version = summary.current_version
             if summary.current_version < summary.required_version:  # type: ignore[operator]
                 DBOS.migrate(url)
             installed = schema.install(url)
@@ -135,8 +152,9 @@ def apply(
             break
         summary.project_objects = "installed" if installed else "present"
         break
-    if summary.current_version is not None and summary.required_version is not None:
-        summary.migration_needed = summary.current_version < summary.required_version
+    if summary.previous_version is not None and summary.required_version is not None:
+        # Whether this apply had to move the schema (the version after it is current_version).
+        summary.migration_needed = summary.previous_version < summary.required_version
     return summary
 
 
