@@ -89,20 +89,30 @@ class SecretKeyRef(_Model):
     key: str = Field("url", description="Key holding the postgresql:// URL.", min_length=1, max_length=253)
 
 
+def _database_rules(schema: dict[str, Any]) -> None:
+    """secretRef is required by a CEL rule, not the schema's `required`: the API server reports a missing
+    required field alone, which would hide why `url` is refused when a user writes `database: {url: ...}`."""
+    schema["required"] = [name for name in schema.get("required", []) if name != "secretRef"]
+    if not schema["required"]:
+        del schema["required"]
+    schema["x-kubernetes-validations"] = [
+        {
+            "rule": "!has(self.url)",
+            "message": "spec.database.url is not allowed: put the URL in a Secret and reference it with "
+            "spec.database.secretRef",
+        },
+        {
+            "rule": "has(self.secretRef)",
+            "message": "spec.database.secretRef is required: the name (and key, default url) of a Secret in the "
+            "pool's namespace holding the postgresql:// URL",
+        },
+    ]
+
+
 class DatabaseSpec(_Model):
     """The executions database. The URL is only ever read from a Secret."""
 
-    model_config = ConfigDict(
-        json_schema_extra={
-            "x-kubernetes-validations": [
-                {
-                    "rule": "!has(self.url)",
-                    "message": "spec.database.url is not allowed: put the URL in a Secret and "
-                    "reference it with spec.database.secretRef",
-                }
-            ]
-        }
-    )
+    model_config = ConfigDict(json_schema_extra=lambda schema, _: _database_rules(schema))
 
     secret_ref: SecretKeyRef = Field(description="Where the postgresql:// URL of the database is.")
     reserved_connections: int = Field(
