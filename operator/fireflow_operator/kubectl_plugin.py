@@ -273,7 +273,7 @@ def _conditions_section(s: Obj, now: datetime.datetime) -> str:
 def _migration_section(s: Obj) -> str:
     m = s["migration"]
     if not m:
-        return "Migration\nNone: the database's schema was current when the pool started"
+        return "Migration\nNone recorded"
     attempt = m.get("attempt")
     return "Migration\n" + _fields(
         [
