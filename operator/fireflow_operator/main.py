@@ -99,6 +99,8 @@ def main(argv: list[str] | None = None) -> int:
     try:
         if telemetry.configure_tracing("fireflow-operator"):
             log.info("tracing reconciles over OTLP/HTTP (OTEL_EXPORTER_OTLP_ENDPOINT)")
+        if telemetry.configure_log_export("fireflow-operator"):  # after kopf's handler: beside it
+            log.info("exporting the log over OTLP/HTTP too (OTEL_LOGS_EXPORTER=otlp)")
     except telemetry.TelemetryError as err:
         logformat.early_error(str(err))
         return 2

@@ -25,7 +25,7 @@ import sqlalchemy as sa
 from dbos import DBOS, DBOSConfig
 
 from fireflow_contract import executor_ids, logformat, queues, telemetry
-from fireflow_contract.dburl import mask_logs, redact_url
+from fireflow_contract.dburl import SecretMask, mask_logs, redact_url
 from fireflow_contract.explain import bind_error, database_error
 from fireflow_contract.worker_variables import DATABASE_URL, HEALTH_HOST, HEALTH_PORT
 from fireflow_worker import dbos_internals, engine, run_encodings, schema, worker_db
@@ -201,18 +201,21 @@ def _serve_health(state: HealthState, config: WorkerConfig) -> HealthServer | No
 
 
 def _configure_tracing(config: WorkerConfig) -> bool:
-    """Spans of runs and nodes over OTLP when the OTEL_* variables ask for them; False: they ask for the
-    impossible (said in the log)."""
+    """Spans of runs and nodes, and the log records, over OTLP when the OTEL_* variables ask for them; False:
+    they ask for the impossible (said in the log)."""
+    attributes = {"fireflow.executor": config.executor_id, "fireflow.application_version": config.application_version}
     try:
-        tracing = telemetry.configure_tracing(
-            "fireflow-worker",
-            {"fireflow.executor": config.executor_id, "fireflow.application_version": config.application_version},
+        tracing = telemetry.configure_tracing("fireflow-worker", attributes)
+        logs = telemetry.configure_log_export(
+            "fireflow-worker", attributes, filters=[SecretMask([config.system_database_url])]
         )
     except telemetry.TelemetryError as err:
         log.error("cannot start: %s", err)
         return False
     if tracing:
         log.info("tracing runs and nodes over OTLP/HTTP (OTEL_EXPORTER_OTLP_ENDPOINT)")
+    if logs:
+        log.info("exporting the log over OTLP/HTTP too (OTEL_LOGS_EXPORTER=otlp)")
     return True
 
 
