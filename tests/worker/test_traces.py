@@ -122,3 +122,24 @@ def test_should_export_no_log_without_otlp_logs(
     worker.terminate()
     assert worker.wait_exit() == 0
     assert otlp_collector.logs() == []
+
+
+def test_should_export_a_supervisors_log_and_its_processes_with_otlp_logs(
+    start_worker: StartWorker, otlp_collector: Collector
+) -> None:
+    worker = start_worker(
+        "pool-0",
+        FIREFLOW_WORKER_PROCESSES="2",
+        OTEL_EXPORTER_OTLP_ENDPOINT=otlp_collector.endpoint,
+        OTEL_LOGS_EXPORTER="otlp",
+        OTEL_BLRP_SCHEDULE_DELAY="100",
+    )
+    worker.terminate()
+    assert worker.wait_exit() == 0
+    records = otlp_collector.wait_for_logs(
+        lambda found: any(r.logger == "fireflow.supervisor" and r.body == "stopped (status 0)" for r in found)
+    )
+    assert any(r.body.startswith("supervising 2 worker processes") for r in records)
+    ready = {r.attributes.get("fireflow.executor") for r in records if r.body.startswith("ready: executor")}
+    assert ready == {"pool-0", "pool-0-p1"}
+    assert {r.service for r in records} == {"fireflow-worker"}
