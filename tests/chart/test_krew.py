@@ -16,8 +16,8 @@ from typing import Any
 
 import yaml
 
-from tests.chart.krew import MANIFEST, SHIM, archive_bytes, archive_sha256
 from tests.kube.tools import REPO_ROOT
+from tests.support.krew import MANIFEST, SHIM, archive_bytes, archive_sha256
 
 SEMVER = r"^v\d+\.\d+\.\d+(-[0-9A-Za-z.-]+)?$"
 
@@ -55,7 +55,7 @@ def test_should_name_the_packages_version_and_the_sha256_of_the_archive_built_he
     assert re.fullmatch(SEMVER, spec["version"]) and spec["version"] == f"v{version}"
     for platform in spec["platforms"]:
         assert platform["uri"].startswith("https://") and platform["uri"].endswith(f"-v{version}.zip")
-        assert platform["sha256"] == archive_sha256(), "rebuild: python -m tests.chart.krew OUT.zip"
+        assert platform["sha256"] == archive_sha256(), "rebuild: python -m tests.support.krew OUT.zip"
     pin = f"fireflow-pool[operator]=={version}"
     assert pin in spec["caveats"] and pin in SHIM.read_text()
 

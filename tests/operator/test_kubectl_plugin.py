@@ -16,7 +16,7 @@ from kubernetes.client import ApiClient
 
 from tests.kube.cluster import Cluster
 from tests.kube.tools import kubectl_path, venv_bin
-from tests.operator.conftest import (
+from tests.support.pools import (
     OperatorProcess,
     create_pool,
     create_secret,

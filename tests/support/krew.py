@@ -1,7 +1,7 @@
 """The archive Krew downloads for `kubectl fireflow`, built reproducibly from charts/kubectl-fireflow/, so that
 the manifest's sha256 can be checked against the repository (a release uploads this same archive).
 
-    python -m tests.chart.krew OUT.zip     writes it and prints its sha256
+    python -m tests.support.krew OUT.zip     writes it and prints its sha256
 """
 
 from __future__ import annotations

@@ -1,5 +1,6 @@
 """`kubectl fireflow`'s pure part: the facts it builds from API objects and how it prints them, and how it
-reads a kubeconfig (no server is contacted here; test_kubectl_plugin.py runs it against the API server)."""
+reads a kubeconfig (no server is contacted here; tests/operator/test_kubectl_plugin.py runs it against the API
+server)."""
 
 from __future__ import annotations
 
