@@ -109,13 +109,16 @@ class Collector:
                 time.sleep(0.1)
         raise AssertionError(f"the collector is not listening:\n{self.log_path.read_text()}")
 
-    def spans(self) -> list[Span]:
+    def _lines(self) -> list[str]:
+        """The file's complete lines: the collector may be writing the last one while it is read."""
         if not self.output.exists():
             return []
+        text = self.output.read_text()
+        return [line for line in text[: text.rfind("\n") + 1].splitlines() if line.strip()]
+
+    def spans(self) -> list[Span]:
         found = []
-        for line in self.output.read_text().splitlines():
-            if not line.strip():
-                continue
+        for line in self._lines():
             for resource_spans in json.loads(line).get("resourceSpans", []):
                 resource = _attributes(resource_spans.get("resource", {}).get("attributes", []))
                 for scope_spans in resource_spans.get("scopeSpans", []):
@@ -136,11 +139,9 @@ class Collector:
         return found
 
     def logs(self) -> list[LogRecord]:
-        if not self.output.exists():
-            return []
         found = []
-        for line in self.output.read_text().splitlines():
-            for resource_logs in json.loads(line).get("resourceLogs", []) if line.strip() else []:
+        for line in self._lines():
+            for resource_logs in json.loads(line).get("resourceLogs", []):
                 resource = _attributes(resource_logs.get("resource", {}).get("attributes", []))
                 for scope_logs in resource_logs.get("scopeLogs", []):
                     for record in scope_logs.get("logRecords", []):
