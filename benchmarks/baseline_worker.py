@@ -8,8 +8,9 @@ where they mean the same (`DATABASE_URL_EXECUTIONS`, `FIREFLOW_WORKER_ID`, `DBOS
 (registered like the worker's: no global cap, the same worker concurrency and polling interval). Once its
 queues are registered it creates the file `BENCH_READY_FILE`; SIGTERM stops it.
 
-The workflow is a plain `@DBOS.workflow` calling three `@DBOS.step` functions that compute what the flow's
-template -> transform -> template nodes compute, and it returns the flow's result. What it leaves out is
+The workflow is a plain `@DBOS.workflow` calling three `@DBOS.step` functions (`benchmarks/effects.py`) that
+compute what the flow's template -> transform -> template nodes compute (and what the `python` nodes of the
+effectful flow call), and it returns the flow's result. What it leaves out is
 exactly the engine: the provision step, flow and input validation, the node-event stream, the metrics and
 the run-end trigger.
 """
@@ -25,22 +26,8 @@ from typing import Any
 
 from dbos import DBOS, DBOSConfig
 
+from benchmarks.effects import card_value, greet_text, summary_text
 from benchmarks.workload import RAW_WORKFLOW_NAME
-
-
-def greet_text(who: str) -> str:
-    return f"Hello, {who}!"
-
-
-def card_value(greeting: str, who: str) -> dict[str, Any]:
-    value = {"greeting": greeting, "to": who, "draft": True}
-    value = {key: item for key, item in value.items() if key != "draft"}
-    return {("recipient" if key == "to" else key): item for key, item in value.items()}
-
-
-def summary_text(value: dict[str, Any]) -> str:
-    return f"{value['greeting']} (to {value['recipient']})"
-
 
 greet = DBOS.step(name="greet")(greet_text)
 card = DBOS.step(name="card")(card_value)
@@ -48,7 +35,7 @@ summary = DBOS.step(name="summary")(summary_text)
 
 
 def raw_flow(request: dict[str, Any]) -> dict[str, Any]:
-    """The steps of `workload.STEPS[n]` nodes, as a plain sync workflow (DBOS's usual form)."""
+    """The 1 or 3 steps (`request["nodes"]`), as a plain sync workflow (DBOS's usual form)."""
     who = str(request["inputs"]["who"])
     if request.get("nodes") == 1:
         return {"greet": greet(who)}

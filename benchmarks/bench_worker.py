@@ -9,7 +9,8 @@ It measures (definitions in `benchmarks/measure.py`), each on a fresh database, 
 interleaved (every configuration once per round, the kinds in a rotating order) so that machine noise hits
 every side alike:
 
-1. drain throughput of a 1-node and a 3-node flow (1 and 3 steps for the others), with 1 and 2 workers (pods),
+1. drain throughput of the 1-node and 3-node flows of pure nodes and of the 3-node flow of `python` nodes (1, 3
+   and 3 steps for the others), with 1 and 2 workers (pods),
    FireFlow pods of 1 and N processes (N = `--processes`, by default the machine's CPUs); statements, commits
    and worker CPU per run, RSS;
 2. the idle load of one worker: 1 queue at 50 and 200 ms, the 4 queues at 50 ms;
@@ -36,7 +37,7 @@ from pathlib import Path
 
 from benchmarks import measure, report
 from benchmarks.database import Databases
-from benchmarks.workload import QUEUE, TS_DIR, WORKER_CONCURRENCY, Kind
+from benchmarks.workload import FLOW_NAMES, QUEUE, TS_DIR, WORKER_CONCURRENCY, Kind
 from fireflow_contract import queues as ff_queues
 from fireflow_local.postgres import LocalPostgres
 
@@ -50,7 +51,7 @@ class Plan:
     idle_window: float
     claim_runs: int
     fleet: tuple[int, ...]
-    nodes: tuple[int, ...] = (1, 3)
+    flows: tuple[str, ...] = FLOW_NAMES
     pods: tuple[int, ...] = (1, 2)
     with_async: bool = False
     concurrency: int = WORKER_CONCURRENCY
@@ -68,12 +69,12 @@ Job = Callable[[], None]
 
 
 def _throughput(
-    bench: measure.Bench, results: report.Results, kind: Kind, procs: int, nodes: int, pods: int, plan: Plan
+    bench: measure.Bench, results: report.Results, kind: Kind, procs: int, flow: str, pods: int, plan: Plan
 ) -> None:
-    t = measure.throughput(bench, kind, nodes, pods, procs, plan.runs, plan.concurrency)
+    t = measure.throughput(bench, kind, flow, pods, procs, plan.runs, plan.concurrency)
     results.throughput.append(t)
     _say(
-        f"throughput {kind} x{procs}, {nodes}-node, {pods} pod(s): {t.runs_per_second:.1f} runs/s, "
+        f"throughput {kind} x{procs}, {flow}, {pods} pod(s): {t.runs_per_second:.1f} runs/s, "
         f"{t.cpu_ms_per_run:.2f} CPU ms/run, {t.load.statements / t.runs:.1f} statements/run "
         f"({t.runs} runs in {t.seconds:.2f} s; load {report.load_average()})"
     )
@@ -87,8 +88,8 @@ def _throughput_jobs(plan: Plan, bench: measure.Bench, results: report.Results, 
     if plan.with_async:
         setups.append(("raw-async", 1))
     return [
-        [partial(_throughput, bench, results, kind, procs, nodes, pods, plan) for kind, procs in setups]
-        for nodes in plan.nodes
+        [partial(_throughput, bench, results, kind, procs, flow, pods, plan) for kind, procs in setups]
+        for flow in plan.flows
         for pods in plan.pods
     ]
 
@@ -180,7 +181,7 @@ def main(argv: list[str] | None = None) -> int:  # noqa: PLR0915 - one flat scri
     parser.add_argument("--repeat", type=int, help="interleaved repetitions (default: 3, quick: 1)")
     parser.add_argument("--only", choices=("throughput", "idle", "claims", "fleet"), action="append")
     parser.add_argument("--with-async", action="store_true", help="also raw DBOS-py as an async workflow")
-    parser.add_argument("--nodes", type=int, choices=(1, 3), action="append", help="flows to drain (default: both)")
+    parser.add_argument("--flow", choices=FLOW_NAMES, action="append", help="flows to drain (default: all three)")
     parser.add_argument("--pods", type=int, choices=(1, 2), action="append", help="pods per drain (default: both)")
     parser.add_argument(
         "--processes", type=int, help="N, FireFlow's processes per pod besides 1 (default: this machine's CPUs)"
@@ -198,7 +199,7 @@ def main(argv: list[str] | None = None) -> int:  # noqa: PLR0915 - one flat scri
         runs=max(1, args.runs or plan.runs),
         repeat=max(1, args.repeat or plan.repeat),
         with_async=args.with_async,
-        nodes=tuple(args.nodes or plan.nodes),
+        flows=tuple(args.flow or plan.flows),
         pods=tuple(args.pods or plan.pods),
         concurrency=max(1, args.concurrency or plan.concurrency),
     )

@@ -33,7 +33,7 @@ from pathlib import Path
 from benchmarks.cpu import KernelShare, postmaster_pid, tree_cpu_seconds, tree_kernel_share
 from benchmarks.database import BenchmarkError, Counters, Databases, RunWatcher
 from benchmarks.procs import running_workers
-from benchmarks.workload import QUEUE, WORKER_CONCURRENCY, Kind, decode_output, enqueuer, expected_result
+from benchmarks.workload import QUEUE, WORKER_CONCURRENCY, Kind, decode_output, enqueuer, expected_result, slug
 
 APP_VERSION = "1.0.0"  # every kind's workers run this version (procs.py)
 
@@ -47,7 +47,7 @@ class Bench:
 @dataclass(frozen=True)
 class Throughput:
     kind: Kind
-    nodes: int
+    flow: str  # workload.FLOW_NAMES
     pods: int
     processes: int  # per pod
     runs: int
@@ -108,11 +108,11 @@ class ClaimLatency:
 
 
 def throughput(
-    bench: Bench, kind: Kind, nodes: int, pods: int, processes: int, runs: int, concurrency: int = WORKER_CONCURRENCY
+    bench: Bench, kind: Kind, flow: str, pods: int, processes: int, runs: int, concurrency: int = WORKER_CONCURRENCY
 ) -> Throughput:
-    url = bench.databases.fresh(f"tp{nodes}n{pods}x{processes}_{kind}", kind)
+    url = bench.databases.fresh(f"tp{slug(flow)}{pods}x{processes}_{kind}", kind)
     server_pid = postmaster_pid(bench.databases.server.data_dir)
-    client = enqueuer(kind, url, nodes)
+    client = enqueuer(kind, url, flow)
     try:
         started = time.monotonic()
         ids = [client.enqueue(f"user-{index}", held=True) for index in range(runs)]
@@ -154,7 +154,7 @@ def throughput(
                     f"WHERE s.workflow_uuid = '{ids[index]}'"
                 )
                 got = decode_output(output, serialization)
-                if got != expected_result(nodes, f"user-{index}"):
+                if got != expected_result(flow, f"user-{index}"):
                     raise BenchmarkError(f"{kind} run {ids[index]} ({status}, {serialization}) returned {got!r}")
             ((first_started, last_completed),) = watcher.rows(
                 "SELECT min(started_at_epoch_ms), max(coalesce(completed_at, updated_at)) FROM dbos.workflow_status"
@@ -169,7 +169,7 @@ def throughput(
         raise BenchmarkError(f"{kind}: a run started {released_ms - int(first_started)} ms before the release")
     return Throughput(
         kind=kind,
-        nodes=nodes,
+        flow=flow,
         pods=pods,
         processes=processes,
         runs=runs,
@@ -230,7 +230,7 @@ def claim_latency(bench: Bench, kind: Kind, runs: int, polling_ms: int = 50) -> 
         running_workers(kind, url, bench.log_dir, polling_ms=polling_ms, queues=[QUEUE]),
         RunWatcher(url) as watcher,
     ):
-        client = enqueuer(kind, url, 1)
+        client = enqueuer(kind, url, "1-node")
         try:
             for index in range(runs):
                 client.enqueue(f"user-{index}")

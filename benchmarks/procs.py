@@ -16,7 +16,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 from benchmarks.cpu import tree_pids
-from benchmarks.workload import APPLICATION_NAME, TS_DIR, WORKER_CONCURRENCY, Kind
+from benchmarks.workload import APPLICATION_NAME, EFFECTS_MODULE, TS_DIR, WORKER_CONCURRENCY, Kind
 from fireflow_contract.dburl import redact_url
 from fireflow_local.postgres import free_port
 
@@ -84,6 +84,8 @@ class Worker:
             "DBOS_LOG_LEVEL": "info",
             "FIREFLOW_APPLICATION_VERSION": "1.0.0",
             "FIREFLOW_QUEUES": ",".join(queues),
+            # What the `3-python` flow's nodes call (only FireFlow reads it).
+            "FIREFLOW_PYTHON_NODE_MODULES": EFFECTS_MODULE,
             "FIREFLOW_WORKER_PROCESSES": str(processes),
             "FIREFLOW_HEALTH_HOST": "127.0.0.1",
             "FIREFLOW_HEALTH_PORT": str(self._health_port),

@@ -14,13 +14,16 @@ from pathlib import Path
 import psycopg
 
 from benchmarks.measure import ClaimLatency, IdleLoad, Throughput
-from benchmarks.workload import LABELS
+from benchmarks.workload import FLOW_NAMES, LABELS
 
 PG_SETTINGS = ("server_version", "fsync", "synchronous_commit", "full_page_writes", "shared_buffers")
 NOTES = (
-    "- FireFlow: `fireflow-worker` (a pod of 1 or N processes) running a FireFlow flow of 1 node (template) or 3"
-    " (template -> transform -> template). raw DBOS-py: `benchmarks/baseline_worker.py`, a plain sync"
-    " `@DBOS.workflow` of the same 1 or 3 `@DBOS.step`s, with the worker's pool setting. DBOS-TS:"
+    "- FireFlow: `fireflow-worker` (a pod of 1 or N processes) running a FireFlow flow: `1-node` (template) and"
+    " `3-node` (template -> transform -> template) are pure nodes, computed in the workflow and not"
+    " checkpointed; `3-python` is three effectful `python` nodes (three steps) calling the trivial functions"
+    " of `benchmarks/effects.py`. raw DBOS-py: `benchmarks/baseline_worker.py`, a plain sync `@DBOS.workflow`"
+    " of 1 or 3 `@DBOS.step`s calling those functions (3 for both 3-node flows), with the worker's pool"
+    " setting. DBOS-TS:"
     " `benchmarks/ts_worker/worker.js`, @dbos-inc/dbos-sdk 4.27.6 configured as the TypeScript worker's env table says."
     " All: worker concurrency {concurrency} (per process), no global cap, pool 30, one queue served unless said"
     " otherwise.",
@@ -136,10 +139,10 @@ METRICS: tuple[tuple[str, Metric], ...] = (
 )
 
 
-def _group(results: Results, nodes: int, pods: int) -> dict[tuple[str, int], list[Throughput]]:
+def _group(results: Results, flow: str, pods: int) -> dict[tuple[str, int], list[Throughput]]:
     groups: dict[tuple[str, int], list[Throughput]] = {}
     for t in results.throughput:
-        if (t.nodes, t.pods) == (nodes, pods):
+        if (t.flow, t.pods) == (flow, pods):
             groups.setdefault((t.kind, t.processes), []).append(t)
     return groups
 
@@ -148,25 +151,27 @@ def throughput_table(results: Results) -> list[str]:
     lines = [
         "| flow, pods | worker | runs/s | worker CPU ms/run | statements/run | commits/run | runs per worker "
         "CPU-s | kernel % of worker CPU | context switches/run | RSS MiB | runs/s ÷ TS | CPU/run ÷ raw | "
-        "statements ÷ raw | commits ÷ raw |",
-        "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
+        "statements ÷ raw | commits ÷ raw | statements ÷ TS |",
+        "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
     ]
-    for nodes, pods in sorted({(t.nodes, t.pods) for t in results.throughput}):
-        groups = _group(results, nodes, pods)
+    cases = {(t.flow, t.pods) for t in results.throughput}
+    for flow, pods in sorted(cases, key=lambda case: (FLOW_NAMES.index(case[0]), case[1])):
+        groups = _group(results, flow, pods)
         ts = groups.get(("ts", 1), [])
         raw = groups.get(("raw", 1), [])
         for _key, measured in sorted(groups.items(), key=lambda item: _order(item[0])):
             values = [[metric(t) for t in measured] for _, metric in METRICS]
             rate, cpu, statements, commits, per_cpu, kernel, switches = values
             lines.append(
-                f"| {nodes}-node, {pods} pod{'s' if pods > 1 else ''} | {_who(measured[0])} | {_spread(rate)} | "
+                f"| {flow}, {pods} pod{'s' if pods > 1 else ''} | {_who(measured[0])} | {_spread(rate)} | "
                 f"{_spread(cpu)} | {_spread(statements)} | {_spread(commits)} | {_spread(per_cpu)} | "
                 f"{_spread(kernel)} | {_spread(switches)} | "
                 f"{_fmt(_median(t.rss_mib for t in measured))} | "
                 f"{_ratio(_median(rate), _median(t.runs_per_second for t in ts))} | "
                 f"{_ratio(_median(cpu), _median(t.cpu_ms_per_run for t in raw))} | "
                 f"{_ratio(_median(statements), _median(t.load.statements / t.runs for t in raw))} | "
-                f"{_ratio(_median(commits), _median(t.load.commits / t.runs for t in raw))} |"
+                f"{_ratio(_median(commits), _median(t.load.commits / t.runs for t in raw))} | "
+                f"{_ratio(_median(statements), _median(t.load.statements / t.runs for t in ts))} |"
             )
     return lines
 

@@ -1,9 +1,10 @@
 """What the benchmark runs, and how runs are enqueued, for each kind of worker:
 
-- `fireflow`: the project's worker running a FireFlow flow of 1 node (template) or 3 nodes
-  (template -> transform -> template);
-- `raw`: raw DBOS-py 3.4 (`benchmarks/baseline_worker.py`), a plain sync `@DBOS.workflow` of the same 1 or 3
-  steps computing the same results; `raw-async` is the same as an async workflow (the form the engine has);
+- `fireflow`: the project's worker running a FireFlow flow: `1-node` (template) or `3-node` (template ->
+  transform -> template), both of pure nodes (computed in the workflow, no step), or `3-python`: three
+  effectful `python` nodes calling the trivial functions of `benchmarks/effects.py` (three steps);
+- `raw`: raw DBOS-py 3.4 (`benchmarks/baseline_worker.py`), a plain sync `@DBOS.workflow` of 1 or 3 steps
+  computing the same results; `raw-async` is the same as an async workflow (the form the engine has);
 - `ts`: DBOS-TS 4.27.6, the TypeScript worker's SDK (`benchmarks/ts_worker/worker.js`), the same steps.
 
 Every run is enqueued with the application version `held`, which no worker claims; the measurement releases
@@ -28,6 +29,12 @@ if TYPE_CHECKING:
     from dbos import EnqueueOptions
 
 Kind = Literal["fireflow", "raw", "raw-async", "ts"]
+FlowName = Literal["1-node", "3-node", "3-python"]
+FLOW_NAMES: tuple[FlowName, ...] = ("1-node", "3-node", "3-python")
+# The steps the peers (raw DBOS-py, DBOS-TS) run for each flow.
+PEER_STEPS: dict[str, int] = {"1-node": 1, "3-node": 3, "3-python": 3}
+# The module the `python` nodes of `3-python` call (the FireFlow workers' FIREFLOW_PYTHON_NODE_MODULES).
+EFFECTS_MODULE = "benchmarks.effects"
 KINDS: tuple[Kind, ...] = ("fireflow", "raw", "ts")
 LABELS: dict[str, str] = {
     "fireflow": "FireFlow worker",
@@ -45,14 +52,14 @@ HELD_VERSION = "held"
 TS_DIR = Path(__file__).resolve().parent / "ts_worker"
 
 # The flows: a greeting; or a greeting, a record built from it, a line summarising the record. No I/O.
-FLOWS: dict[int, dict[str, Any]] = {
-    1: {
+FLOWS: dict[str, dict[str, Any]] = {
+    "1-node": {
         "name": "bench-1-node",
         "inputs": {"who": {"type": "string"}},
         "nodes": {"greet": {"type": "template", "params": {"template": "Hello, ${inputs.who}!"}}},
         "outputs": ["greet"],
     },
-    3: {
+    "3-node": {
         "name": "bench-3-nodes",
         "inputs": {"who": {"type": "string"}},
         "nodes": {
@@ -71,12 +78,39 @@ FLOWS: dict[int, dict[str, Any]] = {
         },
         "outputs": ["summary"],
     },
+    "3-python": {
+        "name": "bench-3-python",
+        "inputs": {"who": {"type": "string"}},
+        "nodes": {
+            "greet": {
+                "type": "python",
+                "params": {"function": f"{EFFECTS_MODULE}:greet_text", "kwargs": {"who": "${inputs.who}"}},
+            },
+            "card": {
+                "type": "python",
+                "params": {
+                    "function": f"{EFFECTS_MODULE}:card_value",
+                    "kwargs": {"greeting": "${nodes.greet}", "who": "${inputs.who}"},
+                },
+            },
+            "summary": {
+                "type": "python",
+                "params": {"function": f"{EFFECTS_MODULE}:summary_text", "kwargs": {"value": "${nodes.card}"}},
+            },
+        },
+        "outputs": ["summary"],
+    },
 }
 
 
-def expected_result(nodes: int, who: str) -> dict[str, Any]:
+def slug(flow: str) -> str:
+    """The flow's name as a part of a database name."""
+    return flow.replace("-", "")
+
+
+def expected_result(flow: str, who: str) -> dict[str, Any]:
     """What every kind returns for `who`."""
-    if nodes == 1:
+    if PEER_STEPS[flow] == 1:
         return {"greet": f"Hello, {who}!"}
     return {"summary": f"Hello, {who}! (to {who})"}
 
@@ -95,11 +129,11 @@ class PyEnqueuer:
     Held runs of the flow skip the project client's validation (it cannot pin a version); unheld ones go
     through FireflowClient, as in production."""
 
-    def __init__(self, kind: Kind, database_url: str, nodes: int) -> None:
+    def __init__(self, kind: Kind, database_url: str, flow: str) -> None:
         from dbos import DBOSClient  # noqa: PLC0415
 
         self._kind = kind
-        self._nodes = nodes
+        self._flow = flow
         self._client = DBOSClient(
             system_database_url=database_url, application_name=APPLICATION_NAME, use_listen_notify=True
         )
@@ -111,7 +145,7 @@ class PyEnqueuer:
 
     def enqueue(self, who: str, *, held: bool = False) -> str:
         if self._fireflow is not None and not held:
-            return str(self._fireflow.enqueue(FLOWS[self._nodes], inputs={"who": who}, queue=QUEUE))
+            return str(self._fireflow.enqueue(FLOWS[self._flow], inputs={"who": who}, queue=QUEUE))
         fireflow = self._kind == "fireflow"
         options: EnqueueOptions = {
             "queue_name": QUEUE,
@@ -121,9 +155,9 @@ class PyEnqueuer:
         if held:
             options["app_version"] = HELD_VERSION
         request: dict[str, Any] = (
-            {"flow": FLOWS[self._nodes], "inputs": {"who": who}, "queue": QUEUE}
+            {"flow": FLOWS[self._flow], "inputs": {"who": who}, "queue": QUEUE}
             if fireflow
-            else {"inputs": {"who": who}, "nodes": self._nodes}
+            else {"inputs": {"who": who}, "nodes": PEER_STEPS[self._flow]}
         )
         handle: Any = self._client.enqueue(options, request)
         return str(handle.get_workflow_id())
@@ -137,9 +171,9 @@ class PyEnqueuer:
 class TsEnqueuer:
     """Runs of the TS worker's workflow, through the TS SDK's client in a node process."""
 
-    def __init__(self, database_url: str, nodes: int) -> None:
+    def __init__(self, database_url: str, flow: str) -> None:
         env = {**os.environ, "DATABASE_URL_EXECUTIONS": database_url, "BENCH_QUEUE": QUEUE}
-        self._nodes = nodes
+        self._nodes = PEER_STEPS[flow]
         self._process = subprocess.Popen(
             ["node", str(TS_DIR / "enqueue.js")],
             env=env,
@@ -166,8 +200,8 @@ class TsEnqueuer:
         self._process.wait(timeout=30)
 
 
-def enqueuer(kind: Kind, database_url: str, nodes: int) -> Enqueuer:
-    return TsEnqueuer(database_url, nodes) if kind == "ts" else PyEnqueuer(kind, database_url, nodes)
+def enqueuer(kind: Kind, database_url: str, flow: str) -> Enqueuer:
+    return TsEnqueuer(database_url, flow) if kind == "ts" else PyEnqueuer(kind, database_url, flow)
 
 
 def decode_output(output: str | None, serialization: str | None) -> Any:

@@ -1,7 +1,7 @@
 """A real OTLP receiver for the tracing tests, the fixture `otlp_collector` (a plugin of tests/conftest.py):
 the OpenTelemetry Collector (built from Go modules by tests/kube/build-otel-collector.sh) with its OTLP
-receiver, writing every span it receives to a file as OTLP JSON through the contrib file exporter.
-`spans()` reads them back, flattened."""
+receiver, writing every span and log record it receives to a file as OTLP JSON through the contrib file
+exporter. `spans()` and `logs()` read them back, flattened."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ import socket
 import subprocess
 import tempfile
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -38,6 +38,9 @@ service:
     traces:
       receivers: [otlp]
       exporters: [file]
+    logs:
+      receivers: [otlp]
+      exporters: [file]
 """
 
 
@@ -51,6 +54,17 @@ class Span:
     attributes: dict[str, Any]
     status_code: int  # 0 unset, 1 ok, 2 error
     status_message: str
+
+
+@dataclass(frozen=True)
+class LogRecord:
+    service: str
+    logger: str  # the instrumentation scope: the Python logger's name
+    severity: str
+    body: str
+    trace_id: str  # "" outside a span
+    span_id: str
+    attributes: dict[str, Any]
 
 
 def _value(value: dict[str, Any]) -> Any:
@@ -95,13 +109,16 @@ class Collector:
                 time.sleep(0.1)
         raise AssertionError(f"the collector is not listening:\n{self.log_path.read_text()}")
 
-    def spans(self) -> list[Span]:
+    def _lines(self) -> list[str]:
+        """The file's complete lines: the collector may be writing the last one while it is read."""
         if not self.output.exists():
             return []
+        text = self.output.read_text()
+        return [line for line in text[: text.rfind("\n") + 1].splitlines() if line.strip()]
+
+    def spans(self) -> list[Span]:
         found = []
-        for line in self.output.read_text().splitlines():
-            if not line.strip():
-                continue
+        for line in self._lines():
             for resource_spans in json.loads(line).get("resourceSpans", []):
                 resource = _attributes(resource_spans.get("resource", {}).get("attributes", []))
                 for scope_spans in resource_spans.get("scopeSpans", []):
@@ -120,6 +137,36 @@ class Collector:
                             )
                         )
         return found
+
+    def logs(self) -> list[LogRecord]:
+        found = []
+        for line in self._lines():
+            for resource_logs in json.loads(line).get("resourceLogs", []):
+                resource = _attributes(resource_logs.get("resource", {}).get("attributes", []))
+                for scope_logs in resource_logs.get("scopeLogs", []):
+                    for record in scope_logs.get("logRecords", []):
+                        found.append(
+                            LogRecord(
+                                service=str(resource.get("service.name")),
+                                logger=scope_logs.get("scope", {}).get("name", ""),
+                                severity=record.get("severityText", ""),
+                                body=str(_value(record.get("body", {}))),
+                                trace_id=record.get("traceId", ""),
+                                span_id=record.get("spanId", ""),
+                                attributes=_attributes(record.get("attributes", [])),
+                            )
+                        )
+        return found
+
+    def wait_for_logs(self, predicate: Callable[[list[LogRecord]], bool], timeout: float = 60) -> list[LogRecord]:
+        """The log records once `predicate` holds for them."""
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            records = self.logs()
+            if predicate(records):
+                return records
+            time.sleep(0.2)
+        raise AssertionError(f"{len(self.logs())} log records arrived, not the expected:\n{self.log_path.read_text()}")
 
     def wait_for(self, count: int, timeout: float = 60) -> list[Span]:
         """The spans once at least `count` arrived."""

@@ -17,8 +17,8 @@ from fireflow_operator.api.model import parse_spec
 from fireflow_operator.children import connection
 from fireflow_operator.children.builders import Pool
 from fireflow_operator.database import recovery
-from fireflow_operator.database.dbprobe import DatabaseQueryError, DatabaseUnreachableError
 from fireflow_operator.database.dsn import redact
+from fireflow_operator.database.kept_connections import DatabaseQueryError, DatabaseUnreachableError
 from fireflow_operator.kube import Kube
 from fireflow_operator.settings import OperatorSettings
 
@@ -95,16 +95,25 @@ def finalize(kube: Kube, settings: OperatorSettings, body: dict[str, Any]) -> Wa
     return None
 
 
-def report_waiting(kube: Kube, body: dict[str, Any], waiting: Waiting) -> bool:
-    """Say on the pool, as conditions, why its deletion waits (Degraded too when only a person can help);
-    True when that changed what the pool said."""
-    meta = body["metadata"]
-    old = list((body.get("status") or {}).get("conditions") or [])
-    generation = int(meta.get("generation", 0))
+def waiting_status(status: dict[str, Any], waiting: Waiting, generation: int) -> dict[str, Any]:
+    """The pool's status once it says why its deletion waits: Ready=False, and Degraded=True with
+    RunsNotRecovered when only a person can help (pure)."""
+    old = list(status.get("conditions") or [])
     if waiting.blocked:
         reason = conditions.REASON_RUNS_NOT_RECOVERED
         new = conditions.set_condition(old, conditions.DEGRADED_CONDITION, True, reason, waiting.message, generation)
     else:
         reason, new = conditions.REASON_DELETING, old
     new = conditions.set_condition(new, conditions.READY, False, reason, waiting.message, generation)
-    return kube.write_status(meta["namespace"], meta["name"], {"conditions": old}, {"conditions": new})
+    return {**status, "conditions": new}
+
+
+def report_waiting(kube: Kube, body: dict[str, Any], waiting: Waiting) -> tuple[bool, dict[str, Any]]:
+    """Say on the pool, as conditions, why its deletion waits; whether that changed what the pool said, and
+    the status it now has (for the pool's series, which the alert on RunsNotRecovered reads)."""
+    meta = body["metadata"]
+    status = dict(body.get("status") or {})
+    after = waiting_status(status, waiting, int(meta.get("generation", 0)))
+    old, new = list(status.get("conditions") or []), after["conditions"]
+    changed = kube.write_status(meta["namespace"], meta["name"], {"conditions": old}, {"conditions": new})
+    return changed, after

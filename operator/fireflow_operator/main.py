@@ -5,9 +5,12 @@ from __future__ import annotations
 import argparse
 import asyncio
 import logging
+import socket
 import sys
 
 from fireflow_contract import logformat, telemetry
+from fireflow_contract.explain import bind_error
+from fireflow_contract.version import version_line
 from fireflow_operator.leadership import Leadership, StandbyHealth
 from fireflow_operator.settings import OperatorSettings, SettingsError, load_settings
 
@@ -21,17 +24,60 @@ def _parser() -> argparse.ArgumentParser:
         for info in OperatorSettings.model_fields.values()
         if info.alias
     )
-    return argparse.ArgumentParser(
+    parser = argparse.ArgumentParser(
         prog="fireflow-operator",
         description="Reconciles FireflowWorkerPools (kopf). Configured only through the environment; a bad "
         "value exits with status 2 and one line.",
         epilog=f"settings:\n{settings}",
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
+    parser.add_argument("--version", action="version", version=version_line("fireflow-operator"))
+    return parser
 
 
 def _host_in_url(host: str) -> str:
     return f"[{host}]" if ":" in host else host  # an IPv6 address
+
+
+def _port_problem(host: str, port: int, host_setting: str, port_setting: str) -> str | None:
+    """Whether the port can be listened on, asked by binding it for a moment (kopf and the metrics server
+    bind it later, inside a handler that would retry the failure forever with a traceback)."""
+    try:
+        with socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET) as probe:
+            probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as the servers do: TIME_WAIT is no clash
+            probe.bind((host, port))
+    except OSError as err:
+        return bind_error(err, host, port, host_setting, port_setting)
+    return None
+
+
+def _kubernetes_problem() -> str | None:
+    """Whether there is a Kubernetes API to talk to: the pod's service account, else a kubeconfig."""
+    from kubernetes import config  # noqa: PLC0415
+
+    try:
+        config.load_incluster_config()  # type: ignore[no-untyped-call]
+    except config.ConfigException:
+        try:
+            config.load_kube_config()  # type: ignore[no-untyped-call]
+        except (config.ConfigException, OSError) as err:
+            return (
+                f"no Kubernetes API to connect to ({' '.join(str(err).split())}): run the operator in a pod with "
+                "a service account, or set KUBECONFIG to a kubeconfig file"
+            )
+    return None
+
+
+def _start_problem(settings: OperatorSettings) -> str | None:
+    """What would keep the operator from starting, in one sentence with the fix, or None."""
+    env = "FIREFLOW_OPERATOR_"
+    ports = [(settings.health_host, settings.health_port, f"{env}HEALTH_HOST", f"{env}HEALTH_PORT")]
+    if settings.metrics_port:
+        ports.append((settings.metrics_host, settings.metrics_port, f"{env}METRICS_HOST", f"{env}METRICS_PORT"))
+    for host, port, host_setting, port_setting in ports:
+        if (problem := _port_problem(host, port, host_setting, port_setting)) is not None:
+            return problem
+    return _kubernetes_problem()
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -41,6 +87,9 @@ def main(argv: list[str] | None = None) -> int:
     except SettingsError as err:
         logformat.early_error(str(err))
         return 2
+    if (problem := _start_problem(settings)) is not None:
+        logformat.early_error(problem)
+        return 1
     import kopf  # noqa: PLC0415 - after the settings, so a bad value fails fast and quietly
 
     from fireflow_operator import handlers  # noqa: F401, PLC0415 - registers the handlers
@@ -50,6 +99,8 @@ def main(argv: list[str] | None = None) -> int:
     try:
         if telemetry.configure_tracing("fireflow-operator"):
             log.info("tracing reconciles over OTLP/HTTP (OTEL_EXPORTER_OTLP_ENDPOINT)")
+        if telemetry.configure_log_export("fireflow-operator"):  # after kopf's handler: beside it
+            log.info("exporting the log over OTLP/HTTP too (OTEL_LOGS_EXPORTER=otlp)")
     except telemetry.TelemetryError as err:
         logformat.early_error(str(err))
         return 2

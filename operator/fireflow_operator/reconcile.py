@@ -30,13 +30,9 @@ from fireflow_operator.children.builders import (
     wants_pdb,
 )
 from fireflow_operator.context import PoolContext
-from fireflow_operator.database.dbprobe import (
-    DatabaseQueryError,
-    DatabaseUnreachableError,
-    pool_connection_prefix,
-    probe_database,
-)
+from fireflow_operator.database.dbprobe import pool_connection_prefix, probe_database
 from fireflow_operator.database.facts import DatabaseFacts
+from fireflow_operator.database.kept_connections import DatabaseQueryError, DatabaseUnreachableError
 from fireflow_operator.kube import Kube, api_error
 from fireflow_operator.migration import machine
 from fireflow_operator.migration.gate import MigrationGate

@@ -59,10 +59,13 @@ class PoolWorkQueue:
     async def finalize(self, body: kopf.Body) -> None:
         """Let a deleted pool go once its runs are handed back; else say why on the pool and raise kopf's retry."""
         waiting = await asyncio.to_thread(finalize, self.kube, self.settings, dict(body))
+        key = (str(body.metadata.namespace), str(body.metadata.name))
         if waiting is None:
+            self._forget(key)  # no child is left to trigger the reconcile that would find the pool gone
             return
-        # Said where users look (the conditions, and an event when that changes), then looked at again.
-        changed = await asyncio.to_thread(report_waiting, self.kube, dict(body), waiting)
+        # Said where users look (the conditions, its series, and an event when that changes), then looked at again.
+        changed, status = await asyncio.to_thread(report_waiting, self.kube, dict(body), waiting)
+        self._series.update(*key, status)
         if waiting.blocked:
             kopf.warn(body, reason=conditions.REASON_RUNS_NOT_RECOVERED, message=waiting.message)
             raise kopf.TemporaryError(waiting.message, delay=30)

@@ -1,7 +1,8 @@
 """Running helm on `charts/fireflow-operator`, and the value combinations every chart test goes through.
 
-Every render pins the Kubernetes version of `tests/kube/versions.env`: the helm built from Go modules has no
-compiled-in default beyond v1.20, which the chart's `kubeVersion` refuses.
+Every render pins the Kubernetes version of `tests/kube/versions.env`, the test cluster's: the helm built from
+Go modules has v1.20.0 compiled in as its default, which says nothing of the cluster (the chart renders without
+the flag too, `test_release.py`).
 """
 
 from __future__ import annotations

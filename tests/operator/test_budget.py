@@ -28,12 +28,12 @@ def test_should_budget_every_pool_on_the_server() -> None:
         PoolNeed("pg-1", "other-db", "other", 11),
         PoolNeed("pg-2", "x", "y", 50),
     ]
-    budget = compute_budget(_facts(), per_replica=11, headroom=10, other_pools=others, others=Usage(7, 7, 7))
-    # 100 - 3 - 10 - 7 - 22 (both pools on this server, whichever database) - 3 (migration Job) = 55
+    budget = compute_budget(_facts(), per_replica=11, headroom=10, other_pools=others, others=Usage(6, 6, 6))
+    # 100 - 3 - 10 - 6 - 22 (both pools on this server, whichever database) - 3 (migration Job) - 1 (operator) = 55
     assert (budget.max_replicas, budget.limiting.name) == (5, "server")
     assert budget.explain(8) == (
         "8 replicas need 88 connections (11 each) but only 55 fit: max_connections 100 - reserved 3 - "
-        "headroom 10 - others in use 7 - other pools 22 - migration Job 3; holding at 5"
+        "headroom 10 - others in use 6 - other pools 22 - migration Job 3 - operator 1; holding at 5"
     )
 
 
@@ -41,7 +41,7 @@ def test_should_stay_within_the_database_and_role_connection_limits() -> None:
     on_db = [PoolNeed("pg-1", "exec", "other-role", 6)]
     db = compute_budget(_facts(database_limit=30, others=Usage(7, 2, 1)), per_replica=5, headroom=0,
                         other_pools=on_db, others=Usage(7, 2, 1))  # fmt: skip
-    # 30 - 2 on this database - 6 of the other pool on it - 3 = 19 -> 3 replicas of 5
+    # 30 - 2 on this database - 6 of the other pool on it - 3 - 1 (the operator's connection) = 18 -> 3 replicas of 5
     assert (db.max_replicas, db.limiting.name) == (3, "database")
     assert "database 'exec' CONNECTION LIMIT 30 - others in use 2 - other pools 6 - migration Job 3" in db.explain(9)
     role = compute_budget(_facts(role_limit=12), per_replica=5, headroom=0, other_pools=[], others=Usage(7, 7, 1))
@@ -60,7 +60,7 @@ def test_should_read_another_pools_need_from_its_status() -> None:
     assert pool_need({}) is None
 
 
-def test_should_count_as_others_only_what_is_not_a_known_pool_or_the_operator() -> None:
+def test_should_count_as_others_only_what_is_not_a_known_pool_or_the_operators_connection_here() -> None:
     prefixes = [pool_connection_prefix("team-a", "workers"), pool_connection_prefix("n" * 40, "p" * 20)]
     cut = ("fireflow-worker:" + "n" * 40 + "." + "p" * 20 + "-3")[:63]
     rows = [
@@ -68,13 +68,14 @@ def test_should_count_as_others_only_what_is_not_a_known_pool_or_the_operator() 
         ("app", "exec", "fireflow-worker:team-a.workers-12"),
         ("app", "exec", cut),  # a known pool, its name cut at 63 bytes
         ("app", "exec", "fireflow-worker:team-b.workers-0"),  # a pool nobody here manages: counted
-        ("app", "exec", "fireflow-operator"),
+        ("app", "exec", "fireflow-operator"),  # the operator's connection to this database: reserved
+        ("app", "orders", "fireflow-operator"),  # its connection to another database: counted
         ("app", "exec", "fireflow-migration"),
         ("app", "exec", "psql"),
         ("bob", "exec", None),
         ("app", "other", ""),
     ]
-    assert count_others(rows, database="exec", role="app", pool_prefixes=prefixes) == Usage(4, 3, 3)
+    assert count_others(rows, database="exec", role="app", pool_prefixes=prefixes) == Usage(5, 3, 4)
 
 
 def test_should_grow_on_the_highest_usage_and_shrink_on_the_lowest_over_the_window() -> None:

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import threading
 import time
+import urllib.request
 from typing import Any
 from unittest import mock
 
@@ -17,6 +18,7 @@ from dbos import _migration
 from kubernetes import watch
 from kubernetes.client import ApiClient, AppsV1Api, BatchV1Api, CoreV1Api, CustomObjectsApi
 from kubernetes.client.exceptions import ApiException
+from prometheus_client.parser import text_string_to_metric_families
 
 from fireflow_local.postgres import LocalPostgres
 from fireflow_operator.api.model import GROUP, PLURAL, VERSION
@@ -343,7 +345,28 @@ def test_should_say_what_to_do_when_the_runs_cannot_be_reached(
             e.reason == "RunsNotRecovered" and e.type == "Warning" for e in list_events(kube_api, kube_namespace)
         ),
     )
+    # The series the FireflowRunsNotRecovered alert reads, while the finalizer waits and not once the pool went.
+    blocked = {"namespace": kube_namespace, "pool": "pool", "type": "Degraded", "reason": "RunsNotRecovered"}
+    wait_until("the blocked series", lambda: _pool_condition_series(operator, kube_namespace).get(_key(blocked)) == 1)
     assert {s for s, _ in _statuses(pool_database, runs).values()} == {"PENDING"}  # nothing lost meanwhile
     create_secret(kube_api, kube_namespace, pool_database)
     wait_until("the pool gone", lambda: pool_gone(kube_api, kube_namespace), timeout=120)
     assert {s for s, _ in _statuses(pool_database, runs).values()} == {"ENQUEUED"}
+    wait_until("the pool's series gone", lambda: not _pool_condition_series(operator, kube_namespace))
+
+
+def _key(labels: dict[str, str]) -> tuple[tuple[str, str], ...]:
+    return tuple(sorted(labels.items()))
+
+
+def _pool_condition_series(operator: OperatorProcess, namespace: str) -> dict[tuple[tuple[str, str], ...], float]:
+    """The operator's fireflow_operator_pool_condition samples of pools in `namespace`, scraped from its port."""
+    port = operator.environment["FIREFLOW_OPERATOR_METRICS_PORT"]
+    text = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10).read().decode()
+    return {
+        _key(sample.labels): sample.value
+        for family in text_string_to_metric_families(text)
+        if family.name == "fireflow_operator_pool_condition"
+        for sample in family.samples
+        if sample.labels.get("namespace") == namespace
+    }

@@ -1,12 +1,12 @@
 """The three promises against random sequences of user actions and failures, on the real control plane.
 
-Each seed drives one pool through a random interleaving of image changes (some needing a migration, some
+Each numbered sequence drives one pool through a random interleaving of image changes (some needing a migration, some
 reverting), two changes in quick succession, scaling, deleted worker pods, migrations that cannot take
 their lock, and operator kills and restarts, while runs keep arriving. Pods and Jobs are recorded from
 watches and checked afterwards (recorder.violations); then the pool must converge on the last spec with
 every run finished, and finally be deleted together with its Secret without stranding a run.
 
-`FIREFLOW_SEQUENCE_SEEDS` (default "1,2") chooses the seeds; a failing seed replays exactly.
+`FIREFLOW_SEQUENCES` (default "1,2") chooses the sequences by number; a failing one replays exactly.
 """
 
 from __future__ import annotations
@@ -41,7 +41,7 @@ from tests.support.pools import (
 )
 
 COMPONENT = "app.kubernetes.io/component"
-SEEDS = [int(s) for s in os.environ.get("FIREFLOW_SEQUENCE_SEEDS", "1,2").split(",") if s.strip()]
+SEQUENCES = [int(s) for s in os.environ.get("FIREFLOW_SEQUENCES", "1,2").split(",") if s.strip()]
 SHORT = {
     "name": "short",
     "nodes": {
@@ -52,8 +52,8 @@ SHORT = {
 
 
 class _Player:
-    def __init__(self, seed: int, api: ApiClient, namespace: str, operator: OperatorProcess, url: str) -> None:
-        self.rng = random.Random(seed)
+    def __init__(self, sequence: int, api: ApiClient, namespace: str, operator: OperatorProcess, url: str) -> None:
+        self.rng = random.Random(sequence)
         self.api, self.namespace, self.url = api, namespace, url
         self.operator = operator
         self.tags = 1
@@ -130,11 +130,11 @@ class _Player:
         )
 
 
-@pytest.mark.parametrize("seed", SEEDS)
+@pytest.mark.parametrize("sequence", SEQUENCES)
 def test_should_keep_every_promise_through_a_random_sequence(
-    kube_api: ApiClient, kube_namespace: str, operator: OperatorProcess, pool_database: str, seed: int
+    kube_api: ApiClient, kube_namespace: str, operator: OperatorProcess, pool_database: str, sequence: int
 ) -> None:
-    strategy = "Offline" if seed % 2 else "Online"  # both promises, alternately
+    strategy = "Offline" if sequence % 2 else "Online"  # both promises, alternately
     create_secret(kube_api, kube_namespace, pool_database)
     recorder = Recorder(kube_api, kube_namespace)
     create_pool(
@@ -144,7 +144,7 @@ def test_should_keep_every_promise_through_a_random_sequence(
     )  # fmt: skip
     wait_for_pool(kube_api, kube_namespace, "pool", "ready", lambda p: condition(p, "Ready").get("status") == "True")
     traffic = Traffic(pool_database, interval=0.5, flow=SHORT)
-    player = _Player(seed, kube_api, kube_namespace, operator, pool_database)
+    player = _Player(sequence, kube_api, kube_namespace, operator, pool_database)
     try:
         for _ in range(10):
             player.act()
@@ -154,7 +154,7 @@ def test_should_keep_every_promise_through_a_random_sequence(
         recorder.close()
         problems = violations(recorder.ordered(), online=strategy == "Online")
         if problems:
-            record = Path(tempfile.mkstemp(prefix=f"sequence-{seed}-", suffix=".jsonl")[1])
+            record = Path(tempfile.mkstemp(prefix=f"sequence-{sequence}-", suffix=".jsonl")[1])
             record.write_text("".join(json.dumps(dataclasses.asdict(c)) + "\n" for c in recorder.ordered()))
             raise AssertionError(f"{problems} after {player.log}; the recorded history is in {record}")
         batch = BatchV1Api(kube_api)

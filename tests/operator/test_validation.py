@@ -51,7 +51,6 @@ def _rejection(api: ApiClient, namespace: str, body: dict[str, Any]) -> str:
             "spec.database: Invalid value: spec.database.url is not allowed: put the URL in a Secret and "
             "reference it with spec.database.secretRef",
         ),
-        ({"database": {}}, "spec.database.secretRef: Required value"),
         (
             {"terminationGracePeriodSeconds": 20, "dbos": {"shutdownDrainTimeoutMs": 25000}},
             "spec: Invalid value: spec.dbos.shutdownDrainTimeoutMs must be below "
@@ -77,6 +76,9 @@ def _rejection(api: ApiClient, namespace: str, body: dict[str, Any]) -> str:
             "spec.migration.lockTimeoutMs in body should be greater than or equal to 100",
         ),
         ({"imagePullPolicy": "Sometimes"}, 'spec.imagePullPolicy: Unsupported value: "Sometimes"'),
+        # The URL written inline: the refusal says why and what to do, not only that secretRef is missing.
+        ({"database": {"url": "postgresql://u:pw@db/x"}}, "spec.database.url is not allowed: put the URL in a Secret"),
+        ({"database": {}}, "spec.database.secretRef is required: the name (and key, default url) of a Secret"),
     ],
 )
 def test_should_reject_an_invalid_pool_with_its_exact_message(

@@ -185,3 +185,15 @@ def test_should_name_the_known_types_when_a_lookup_fails() -> None:
 def test_should_load_the_default_registry_once() -> None:
     assert default_registry() is default_registry()
     assert set(builtin_registry().names()) <= set(default_registry().names())
+
+
+def test_should_declare_only_the_data_only_builtins_pure_and_refuse_a_pure_type_that_sleeps() -> None:
+    registry = builtin_registry()
+    assert [name for name in registry.names() if registry.get(name).pure] == ["template", "transform"]
+
+    class Dozing(registry.get("sleep")):  # type: ignore[misc]
+        name = "dozing"
+        pure = True
+
+    with pytest.raises(RegistryError, match="a pure node type cannot be durable"):
+        NodeRegistry().register(Dozing, "test")

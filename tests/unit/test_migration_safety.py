@@ -62,7 +62,8 @@ def test_should_split_statements_outside_function_bodies_and_comments() -> None:
 
 
 def test_should_say_in_the_plan_whether_the_step_is_online_safe(database_url: str) -> None:
-    assert migrate.plan(database_url).online_safe is False  # a new database: the whole history
+    fresh = migrate.plan(database_url)  # a new database: no worker on it that a step could disturb
+    assert (fresh.migration_needed, fresh.online_safe, fresh.unsafe) == (True, True, None)
     assert migrate.apply(database_url).result == "ok"
     done = migrate.plan(database_url)
     assert (done.migration_needed, done.online_safe, done.unsafe) == (False, True, None)

@@ -13,7 +13,10 @@ from fireflow_operator.api.model import RESERVED_ENV, parse_spec, worker_process
 from fireflow_operator.capacity.scaling import plan_replicas
 from fireflow_operator.children.builders import Pool, build_migration_job, build_pdb, build_statefulset, wants_pdb
 from fireflow_operator.database.recovery import stranded_executors
+from fireflow_operator.finalizer import Waiting, waiting_status
 from fireflow_operator.kube import merge_patch
+from fireflow_operator.observability import metrics
+from fireflow_operator.observability.pool_metrics import pool_samples
 from fireflow_operator.pool_index import PoolIndex
 
 SPEC = {"image": "fireflow-worker:1", "database": {"secretRef": {"name": "db"}}, "replicas": 3}
@@ -164,3 +167,18 @@ def test_should_keep_the_fleet_from_watch_events_without_a_stale_list_undoing_th
     index.observe(_pool_body("c", 14), deleted=True)
     assert sorted(p["metadata"]["name"] for p in index.pools(list_all)) == ["a", "b"]
     assert calls == [1]  # listed once, then only the watch
+
+
+def test_should_publish_runs_not_recovered_as_a_series_when_the_finalizer_is_blocked() -> None:
+    ready = {"type": "Ready", "status": "True", "reason": "AllReplicasReady", "message": "", "lastTransitionTime": "x"}
+    status = {"replicas": 0, "conditions": [ready]}
+    blocked = waiting_status(status, Waiting("recreate Secret 'db'", blocked=True), generation=3)
+    waiting = waiting_status(status, Waiting("waiting for the workers to drain"), generation=3)
+
+    def conditions_of(after: dict[str, Any]) -> set[tuple[str, ...]]:
+        samples = pool_samples(after)
+        return {(*labels, str(value)) for gauge, labels, value in samples if gauge is metrics.POOL_CONDITION}
+
+    assert conditions_of(blocked) == {("Ready", "RunsNotRecovered", "0.0"), ("Degraded", "RunsNotRecovered", "1.0")}
+    assert conditions_of(waiting) == {("Ready", "Deleting", "0.0")}
+    assert blocked["replicas"] == 0 and status["conditions"] == [ready]  # the rest kept, the input untouched

@@ -17,6 +17,7 @@ import pytest
 
 from fireflow_contract.migration_summary import MigrationSummary
 from fireflow_operator.migration import jobs, machine
+from fireflow_operator.pool_conditions import summarize
 
 OK_PLAN = MigrationSummary("plan", migration_needed=False, current_version=125, required_version=125)
 
@@ -58,6 +59,21 @@ def test_should_plan_drain_apply_then_roll_out_when_the_schema_is_behind() -> No
         True,
         False,
         125,
+    )
+
+
+def test_should_say_what_planning_does_even_after_a_done_round() -> None:
+    done = _step(migration=_step().migration, plan_job=machine.JobObservation("succeeded", OK_PLAN)).migration
+    assert done["message"] == "schema 125 is current: rolling update"
+    replanned = _step(migration=done, target="t3", spec_key="k3").migration  # a new image: a new round
+    summary = summarize(machine.MigrationStep(replanned), schema_version=125, target=2, replicas=2, ready=2,
+                        updated=0)  # fmt: skip
+    schema_ready = next(cond for cond in summary.conditions if cond[0] == "SchemaReady")
+    assert schema_ready == (
+        "SchemaReady",
+        False,
+        "PlanningMigration",
+        "a plan Job of the target image reads the database's schema version",
     )
 
 
@@ -288,9 +304,9 @@ class _World:
             assert self.required[target] <= self.schema, f"a worker of {target} runs on schema {self.schema}"
 
 
-@pytest.mark.parametrize("seed", range(300))
-def test_should_keep_the_gate_invariants_in_any_sequence(seed: int) -> None:
-    rng = random.Random(seed)
+@pytest.mark.parametrize("sequence", range(300))
+def test_should_keep_the_gate_invariants_in_any_sequence(sequence: int) -> None:
+    rng = random.Random(sequence)
     targets = [f"t{i}" for i in range(5)]
     world = _World(
         rng,

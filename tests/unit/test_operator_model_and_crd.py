@@ -27,6 +27,25 @@ def _spec_schema() -> dict[str, Any]:
     return schema
 
 
+def _undescribed(schema: dict[str, Any], path: str) -> list[str]:
+    """The properties under `schema` (through objects, arrays and maps) that `kubectl explain` shows bare."""
+    missing: list[str] = []
+    for name, prop in schema.get("properties", {}).items():
+        if not prop.get("description", "").strip():
+            missing.append(f"{path}.{name}")
+        missing += _undescribed(prop, f"{path}.{name}")
+    for key, suffix in (("items", "[]"), ("additionalProperties", "{}")):
+        if isinstance(schema.get(key), dict):
+            missing += _undescribed(schema[key], path + suffix)
+    return missing
+
+
+def test_should_describe_every_spec_and_status_property_of_the_committed_crd() -> None:
+    root = yaml.safe_load(CRD_FILE.read_text())["spec"]["versions"][0]["schema"]["openAPIV3Schema"]
+    assert _undescribed(root["properties"]["spec"], "spec") == []
+    assert _undescribed(root["properties"]["status"], "status") == []
+
+
 def _walk_defaults(schema: dict, model_defaults: dict, path: str = "") -> None:  # type: ignore[type-arg]
     for name, prop in schema.get("properties", {}).items():
         if "default" in prop and prop["default"] != {}:

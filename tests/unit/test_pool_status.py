@@ -61,7 +61,7 @@ def test_should_parse_what_every_writer_puts_in_the_status() -> None:
             "recoveredRuns": 4, "conditions": conds, "migration": migration, "rollout": stuck.rollout,
             "versions": [{**version.as_status(), "statefulSet": "pool", "replicas": 2, "readyReplicas": 1},
                          {**retiring.as_status(), "runsLeft": {"pending": 1, "enqueued": 0}}],
-            "connectionBudget": budget.as_status(desired=2, allowed=2, retiring=1),
+            "connectionBudget": budget.as_status(desired=2, allowed=2, retiring=1), "networkPolicy": "pool",
         })  # fmt: skip
         assert status.migration is not None and status.migration.phase == migration["phase"]
     assert stuck.rollout["state"] == progress.ROLLED_BACK

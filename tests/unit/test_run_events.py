@@ -9,6 +9,7 @@ import pytest
 from dbos import error as dbos_error
 
 from fireflow_worker.flows.nodetype import NodeError
+from fireflow_worker.node_step import node_finished_event
 from fireflow_worker.run_events import LIVE, STEPS, Deriver, Step, error_line, event_detail, flow_label
 
 FLOW = {
@@ -86,9 +87,22 @@ class DbosRetries(dbos_error.DBOSMaxStepRetriesExceeded):
 def test_should_end_a_successful_run_with_every_sleep_finished_and_a_cancelled_one_without_them() -> None:
     nap = _step(1, "node:nap", {"output": {}, "bytes": 2, "wake_at_ms": 9000, "started_at_ms": 10}, at=10)
     done = Deriver({"flow": FLOW}).update("SUCCESS", 5, 9100, None, [nap], now_ms=9200)
-    assert [e["event"] for e in done] == ["run.started", "node.started", "node.finished", "run.finished"]
+    # `a` (a template: pure, never recorded) ran before `nap`, which depends on it.
+    assert [(e["event"], e.get("node")) for e in done] == [
+        ("run.started", None),
+        ("node.started", "a"),
+        ("node.finished", "a"),
+        ("node.started", "nap"),
+        ("node.finished", "nap"),
+        ("run.finished", None),
+    ]
     cancelled = Deriver({"flow": FLOW}).update("CANCELLED", 5, 500, None, [nap], now_ms=600)
-    assert [e["event"] for e in cancelled] == ["run.started", "node.started"]
+    assert [(e["event"], e.get("node")) for e in cancelled] == [
+        ("run.started", None),
+        ("node.started", "a"),
+        ("node.finished", "a"),
+        ("node.started", "nap"),
+    ]
 
 
 def test_should_take_node_types_from_a_stored_flow_s_provision_step() -> None:
@@ -123,3 +137,108 @@ def test_should_read_a_recorded_error_as_one_line_and_its_attempts(
     error: BaseException | None, expected: tuple[str, int]
 ) -> None:
     assert error_line(error) == expected
+
+
+MIXED = {
+    "name": "mixed",
+    "nodes": {
+        "greet": {"type": "template", "params": {"template": "hi"}},
+        "call": {"type": "python", "params": {"function": "m:f", "kwargs": {"x": "${nodes.greet}"}}},
+        "shape": {"type": "transform", "params": {"value": "${nodes.call}"}},
+        "aside": {"type": "template", "params": {"template": "independent"}},
+    },
+}
+
+
+def _names(events: list[dict[str, Any]]) -> list[tuple[str, str | None]]:
+    return [(e["event"], e.get("node")) for e in events]
+
+
+def test_should_derive_a_pure_node_once_a_recorded_node_shows_it_ran_and_the_rest_when_the_run_succeeds() -> None:
+    deriver = Deriver({"flow": MIXED})
+    assert _names(deriver.update("PENDING", 100, None, None, [], now_ms=105)) == [("run.started", None)]
+    call = _step(1, "node:call", {"output": "r", "bytes": 3}, at=110)
+    during = deriver.update("PENDING", 100, None, None, [call], now_ms=130)
+    # `greet` ran: `call` depends on it. `shape` and `aside` may not have run yet: nothing says so.
+    assert _names(during) == [
+        ("node.started", "greet"),
+        ("node.finished", "greet"),
+        ("node.started", "call"),
+        ("node.finished", "call"),
+    ]
+    assert during[0] == {"event": "node.started", "node": "greet", "type": "template", "attempt": 1, "at_ms": 100}
+    assert during[1] == {"event": "node.finished", "node": "greet", "attempt": 1, "duration_ms": 0, "at_ms": 100}
+    end = deriver.update("SUCCESS", 100, 140, None, [call], now_ms=150)
+    assert _names(end) == [
+        ("node.started", "aside"),
+        ("node.finished", "aside"),
+        ("node.started", "shape"),
+        ("node.finished", "shape"),
+        ("run.finished", None),
+    ]
+    assert [e["at_ms"] for e in end] == [100, 100, 120, 120, 140]  # when their inputs were ready
+    assert all(isinstance(e["duration_ms"], int) for e in during + end if "duration_ms" in e)
+
+
+def test_should_derive_the_ready_pure_nodes_of_a_run_a_node_failed_and_none_of_one_that_failed_before_its_nodes() -> (
+    None
+):
+    failed = _step(1, "node:call", error=NodeError("boom"), at=110)
+    events = Deriver({"flow": MIXED}).update("ERROR", 100, 140, "node 'call' failed: boom", [failed], now_ms=150)
+    # `aside` was ready and ran beside `call`; `shape` waited for `call`, which failed.
+    assert _names(events) == [
+        ("run.started", None),
+        ("node.started", "aside"),
+        ("node.finished", "aside"),
+        ("node.started", "greet"),
+        ("node.finished", "greet"),
+        ("node.started", "call"),
+        ("node.failed", "call"),
+        ("run.failed", None),
+    ]
+    invalid = Deriver({"flow": MIXED}).update("ERROR", 100, 140, "invalid run inputs: ...", [], now_ms=150)
+    assert _names(invalid) == [("run.started", None), ("run.failed", None)]
+
+
+def test_should_place_a_pure_node_of_a_recovered_run_before_the_recorded_node_that_needed_it() -> None:
+    call = _step(1, "node:call", {"output": "r", "bytes": 3}, at=110)
+    # Recovered: the run's start is its last claim (500), after `call` ran in its first execution.
+    events = Deriver({"flow": MIXED}).update("PENDING", 500, None, None, [call], now_ms=600)
+    assert _names(events)[1:3] == [("node.started", "greet"), ("node.finished", "greet")]
+    assert events[2]["at_ms"] == 110
+
+
+def test_should_tell_a_pure_node_s_recorded_failure_like_any_node_s() -> None:
+    retried = DbosRetries([NodeError("no"), NodeError("still no")])
+    shape = _step(2, "node:shape", error=retried, at=130)
+    call = _step(1, "node:call", {"output": "r", "bytes": 3}, at=110)
+    events = Deriver({"flow": MIXED}).update("ERROR", 100, 150, "node 'shape' failed", [call, shape], now_ms=160)
+    assert ("node.finished", "shape") not in _names(events)
+    failed = next(e for e in events if e["event"] == "node.failed")
+    assert (failed["node"], failed["attempt"], failed["error"]) == ("shape", 2, "still no")
+
+
+def test_should_end_a_durable_node_before_a_node_that_depends_on_it_starts() -> None:
+    flow = {
+        "name": "nap-then-call",
+        "nodes": {
+            "nap": {"type": "sleep", "params": {"seconds": 1}},
+            "call": {"type": "python", "params": {"function": "m:f"}, "after": ["nap"]},
+        },
+    }
+    nap = _step(1, "node:nap", {"output": {}, "bytes": 2, "wake_at_ms": 1100, "started_at_ms": 100}, at=100)
+    call = _step(2, "node:call", {"output": 1, "bytes": 1}, at=1105)
+    # Read once, after both were recorded, with the reader's clock behind the worker's.
+    events = Deriver({"flow": flow}).update("PENDING", 90, None, None, [nap, call], now_ms=1000)
+    assert _names(events) == [
+        ("run.started", None),
+        ("node.started", "nap"),
+        ("node.finished", "nap"),
+        ("node.started", "call"),
+        ("node.finished", "call"),
+    ]
+
+
+def test_should_write_live_durations_in_whole_milliseconds_as_the_derived_ones() -> None:
+    finished = node_finished_event("n", 1, 12.6)
+    assert finished["duration_ms"] == 13 and isinstance(finished["duration_ms"], int)

@@ -29,6 +29,35 @@ def side_effect_flow(trace_file: str, sleep_seconds: float) -> dict[str, Any]:
     }
 
 
+def mixed_flow(trace_file: str, sleep_seconds: float, *, branches: bool = False) -> dict[str, Any]:
+    """Pure and effectful nodes in one flow: greet (template) -> first (python) -> shape (transform) -> nap
+    (sleep) -> last (python, given the transform's value) -> out (template). With `branches`, a pure node
+    `aside` besides them (no inputs but the run's), which makes the flow a graph, not a chain."""
+    record = "tests.worker.sideeffects:record"
+    nodes: dict[str, Any] = {
+        "greet": {"type": "template", "params": {"template": "first for ${inputs.who}"}},
+        "first": {
+            "type": "python",
+            "params": {"function": record, "kwargs": {"path": trace_file, "label": "first"}},
+            "after": ["greet"],
+        },
+        "shape": {
+            "type": "transform",
+            "params": {"value": {"said": "${nodes.greet}", "got": "${nodes.first.recorded}"}, "ops": [{"get": "got"}]},
+        },
+        "nap": {"type": "sleep", "params": {"seconds": sleep_seconds}, "after": ["shape"]},
+        "last": {
+            "type": "python",
+            "params": {"function": record, "kwargs": {"path": trace_file, "label": "last after ${nodes.shape}"}},
+            "after": ["nap"],
+        },
+        "out": {"type": "template", "params": {"template": "${nodes.greet}; ${nodes.last.recorded}"}},
+    }
+    if branches:
+        nodes["aside"] = {"type": "template", "params": {"template": "aside ${inputs.who}"}}
+    return {"name": "mixed", "inputs": {"who": {"type": "string"}}, "nodes": nodes}
+
+
 def greet_flow() -> dict[str, Any]:
     return {
         "name": "greet",

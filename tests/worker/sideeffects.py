@@ -39,10 +39,9 @@ def exit_process(path: str) -> None:
 
 def break_event_loop() -> None:
     """Stop DBOS's event loop from a node: the worker's own machinery breaking under it."""
-    from dbos._dbos import _dbos_global_instance  # noqa: PLC0415 - the pinned DBOS's private instance
+    from fireflow_worker import dbos_internals  # noqa: PLC0415 - only in the worker's process
 
-    assert _dbos_global_instance is not None
-    loop = _dbos_global_instance._background_event_loop._loop
+    loop, _ = dbos_internals.event_loop(dbos_internals.instance())
     assert loop is not None
     loop.call_soon_threadsafe(loop.stop)
     time.sleep(0.5)
@@ -67,10 +66,11 @@ shout = str.upper  # a builtin method bound under an allowed module's name
 
 def shut_down_thread_pool() -> None:
     """Shut DBOS's thread pool down from a node: no step could run any more."""
-    from dbos._dbos import _dbos_global_instance  # noqa: PLC0415 - the pinned DBOS's private instance
+    from fireflow_worker import dbos_internals  # noqa: PLC0415 - only in the worker's process
 
-    assert _dbos_global_instance is not None
-    _dbos_global_instance._executor.shutdown(wait=False)
+    pool = dbos_internals.thread_pool(dbos_internals.instance())
+    assert pool is not None
+    pool.shutdown(wait=False)
 
 
 def record_then_fail(path: str, label: str, seconds: float) -> None:

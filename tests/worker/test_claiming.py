@@ -10,6 +10,7 @@ from __future__ import annotations
 import itertools
 import time
 from collections.abc import Callable, Iterator
+from pathlib import Path
 from typing import Any
 
 import psycopg
@@ -18,7 +19,7 @@ import pytest
 from fireflow_local.postgres import LocalPostgres
 from fireflow_worker import migrate
 from fireflow_worker.client import FireflowClient
-from tests.worker import flows
+from tests.worker import flows, sideeffects
 from tests.worker.proc import WorkerProcess, wait_for
 
 StartWorker = Callable[..., WorkerProcess]
@@ -155,14 +156,20 @@ def own_server() -> Iterator[LocalPostgres]:
     server.stop()
 
 
-def test_should_finish_every_run_and_listen_again_after_a_database_outage(own_server: LocalPostgres) -> None:
+def test_should_finish_every_run_and_listen_again_after_a_database_outage(
+    own_server: LocalPostgres, tmp_path: Path
+) -> None:
     url = own_server.create_database("outage")
     assert migrate.apply(url).result == "ok"
-    worker = WorkerProcess(url, "worker-a", **SLOW_SAFETY_POLL).start().wait_ready()
+    effects = {"FIREFLOW_PYTHON_NODE_MODULES": sideeffects.__name__}
+    worker = WorkerProcess(url, "worker-a", **SLOW_SAFETY_POLL, **effects).start().wait_ready()
+    trace = tmp_path / "trace.txt"
     try:
         with FireflowClient(url) as client:
             before = [client.enqueue(flows.sleep_flow(2)) for _ in range(3)]
-            wait_for(lambda: all(client.status(r).status == "PENDING" for r in before), "the runs to start")
+            # Pure and effectful nodes around a sleep the outage falls into.
+            mixed = client.enqueue(flows.mixed_flow(str(trace), sleep_seconds=2, branches=True), inputs={"who": "Li"})
+            wait_for(lambda: all(client.status(r).status == "PENDING" for r in [*before, mixed]), "the runs to start")
         own_server.halt()  # mid-run: DBOS blocks and retries; its listener loses its connection
         time.sleep(3)
         own_server.start()
@@ -172,6 +179,11 @@ def test_should_finish_every_run_and_listen_again_after_a_database_outage(own_se
             during = client.enqueue(flows.greet_flow(), inputs={"who": "early"})
             for run_id in before:
                 assert client.result(run_id, timeout_seconds=120) == {"nap": {"slept_seconds": 2}}
+            assert client.result(mixed, timeout_seconds=120) == {
+                "out": "first for Li; last after first",
+                "aside": "aside Li",
+            }
+            assert trace.read_text().splitlines() == ["first", "last after first"]  # each effect once
             assert client.result(during, timeout_seconds=NOTIFIED_WITHIN) == {"hello": "Hello early"}
             # The listener is back, our wake-up still registered: a new run is claimed long before the safety poll.
             after = client.enqueue(flows.greet_flow(), inputs={"who": "back"})

@@ -57,6 +57,39 @@ def test_should_finish_the_run_without_repeating_finished_nodes_when_killed_mid_
     assert events[-1]["event"] == "run.finished"
 
 
+def _checkpoints(url: str, run_id: str) -> list[str]:
+    with psycopg.connect(url) as conn:
+        rows = conn.execute(
+            "SELECT function_name FROM dbos.operation_outputs WHERE workflow_uuid = %s ORDER BY function_id", (run_id,)
+        ).fetchall()
+    return [str(row[0]) for row in rows]
+
+
+@pytest.mark.parametrize("branches", [False, True], ids=["chain", "graph"])
+def test_should_recompute_pure_nodes_and_never_repeat_a_finished_effect_when_killed_mid_flow(
+    client: FireflowClient, start_worker: StartWorker, migrated_url: str, tmp_path: Path, branches: bool
+) -> None:
+    trace = tmp_path / "trace.txt"
+    worker = start_worker("worker-a")
+    run_id = client.enqueue(flows.mixed_flow(str(trace), sleep_seconds=2.5, branches=branches), inputs={"who": "Ada"})
+    wait_for(lambda: _checkpointed(migrated_url, run_id, "node:nap"), what="the sleep's checkpoint")
+    worker.kill()  # SIGKILL mid-sleep: the pure nodes before it were never recorded
+    assert _row(migrated_url, run_id) == ("PENDING", "worker-a")
+    assert _checkpoints(migrated_url, run_id) == ["node:first", "node:nap"]
+
+    start_worker("worker-a")
+    expected = {"out": "first for Ada; last after first"} | ({"aside": "aside Ada"} if branches else {})
+    assert client.result(run_id) == expected  # the recovery computed greet and shape again, to the same values
+    assert trace.read_text().splitlines() == ["first", "last after first"]  # `first` did not run again
+    assert _checkpoints(migrated_url, run_id) == ["node:first", "node:nap", "node:last"]
+    events = list(client.events(run_id))
+    finished = [e["node"] for e in events if e["event"] == "node.finished"]
+    assert sorted(finished) == sorted(["greet", "first", "shape", "nap", "last", "out"] + (["aside"] * branches))
+    position = {(e["event"], e.get("node")): index for index, e in enumerate(events)}
+    for parent, child in [("greet", "first"), ("first", "shape"), ("shape", "nap"), ("nap", "last"), ("last", "out")]:
+        assert position["node.finished", parent] < position["node.started", child]
+
+
 def test_should_let_a_second_worker_take_queued_runs_while_the_first_is_busy(
     client: FireflowClient, start_worker: StartWorker, migrated_url: str
 ) -> None:

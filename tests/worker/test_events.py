@@ -9,6 +9,7 @@ import subprocess
 import sys
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import psycopg
 import pytest
@@ -51,12 +52,13 @@ def test_should_derive_the_events_of_a_run_that_wrote_none(
     events = list(client.events(run_id))  # followed live, from the enqueue on
     assert client.result(run_id)["greet"] == "Hi Ada"
     assert _streamed(migrated_url, run_id) == 0  # nothing was written for them
-    # The flow travelled with the run: no provision step, one step per node and nothing else.
+    # The flow travelled with the run: no provision step, one step per node with effects (`greet` is a
+    # template: pure, computed in the workflow) and nothing else.
     with psycopg.connect(migrated_url, autocommit=True) as conn:
         steps = conn.execute(
             "SELECT function_name FROM dbos.operation_outputs WHERE workflow_uuid = %s ORDER BY function_id", (run_id,)
         ).fetchall()
-    assert [row[0] for row in steps] == ["node:greet", "node:flaky", "node:nap"]
+    assert [row[0] for row in steps] == ["node:flaky", "node:nap"]
     assert [(e["event"], e.get("node")) for e in events] == [
         ("run.started", None),
         ("node.started", "greet"),
@@ -86,6 +88,42 @@ def test_should_derive_a_failed_node_with_its_attempts_and_the_run_s_error(
     assert events[3]["error"] == client.status(run_id).error
 
 
+@pytest.mark.parametrize("branches", [False, True], ids=["chain", "graph"])
+def test_should_record_only_the_failure_of_a_pure_node_and_derive_it_like_any_node_s(
+    client: FireflowClient, start_worker: StartWorker, migrated_url: str, branches: bool
+) -> None:
+    start_worker()
+    flow: dict[str, Any] = {
+        "name": "bad-shape",
+        "nodes": {
+            "text": {"type": "template", "params": {"template": "not json"}},
+            "bad": {"type": "transform", "params": {"value": "${nodes.text}", "ops": ["parse_json"]}},
+        },
+    }
+    if branches:  # a node beside them: the graph executor, on its event loop
+        flow["nodes"]["wait"] = {"type": "sleep", "params": {"seconds": 0.5}}
+    run_id = client.enqueue(flow)
+    events = list(client.events(run_id))
+    error = client.status(run_id).error
+    assert error is not None and error.startswith("node 'bad' failed: ops[0] (parse_json): ")
+    with psycopg.connect(migrated_url, autocommit=True) as conn:
+        steps = conn.execute(
+            "SELECT function_name, error IS NOT NULL FROM dbos.operation_outputs WHERE workflow_uuid = %s", (run_id,)
+        ).fetchall()
+    # `text` left no record; `bad` only its failure.
+    assert sorted(steps) == sorted([("node:bad", True)] + ([("node:wait", False)] if branches else []))
+    pure = [(e["event"], e.get("node")) for e in events if e.get("node") in ("text", "bad")]
+    assert pure == [
+        ("node.started", "text"),
+        ("node.finished", "text"),
+        ("node.started", "bad"),
+        ("node.failed", "bad"),
+    ]
+    assert (events[0]["event"], events[-1]["event"]) == ("run.started", "run.failed")
+    failed = next(e for e in events if e["event"] == "node.failed")
+    assert failed["attempt"] == 1 and error.endswith(failed["error"])
+
+
 def test_should_write_every_attempt_live_when_the_run_or_its_queue_asks(
     client: FireflowClient, start_worker: StartWorker, migrated_url: str
 ) -> None:
@@ -94,6 +132,8 @@ def test_should_write_every_attempt_live_when_the_run_or_its_queue_asks(
     events = list(client.events(live))
     assert [e["attempt"] for e in events if e["event"] == "node.started" and e["node"] == "flaky"] == [1, 2, 3]
     assert [e["attempt"] for e in events if e["event"] == "node.failed"] == [1, 2]
+    timed = [e for e in events if "duration_ms" in e]
+    assert timed and all(isinstance(e["duration_ms"], int) for e in timed)  # whole ms, as the derived ones
     assert _streamed(migrated_url, live) == len(events) + 1  # and the stream's end
     sandbox = client.enqueue(flows.greet_flow(), inputs={"who": "s"}, queue="fireflow-sandbox")
     assert [e["event"] for e in client.events(sandbox)][-1] == "run.finished"
@@ -129,6 +169,13 @@ def test_should_follow_live_from_the_command_line_and_derive_without_follow(
     assert derived.returncode == 0, derived.stderr
     derived_id = derived.stdout.splitlines()[0].removeprefix("enqueued run ")
     assert _streamed(migrated_url, derived_id) == 0
+    # The template is pure (no record): derived all the same.
+    assert [json.loads(line)["event"] for line in derived.stdout.splitlines()[1:-1]] == [
+        "run.started",
+        "node.started",
+        "node.finished",
+        "run.finished",
+    ]
     assert json.loads(derived.stdout.splitlines()[-1])["result"] == {"hello": "Hello y"}
     bad = fireflow("run", str(flow_file), "--events", "everything")
     assert bad.returncode == 2 and "invalid choice: 'everything'" in bad.stderr

@@ -41,11 +41,11 @@ def test_should_fail_a_flow_that_doubles_a_string_at_the_node_limit(
     client: FireflowClient, start_worker: StartWorker, migrated_url: str
 ) -> None:
     start_worker()
-    nodes: dict[str, Any] = {"d0": {"type": "template", "params": {"template": "${inputs.seed}"}}}
+    nodes: dict[str, Any] = {"d0": {"type": "template", "params": {"template": "${inputs.start}"}}}
     for i in range(1, 20):  # 1 KiB doubled 19 times would be 512 MiB
         nodes[f"d{i}"] = {"type": "template", "params": {"template": f"${{nodes.d{i - 1}}}${{nodes.d{i - 1}}}"}}
-    flow = {"name": "doubling", "inputs": {"seed": {"type": "string"}}, "nodes": nodes}
-    run_id = client.enqueue(flow, inputs={"seed": "x" * 1024})
+    flow = {"name": "doubling", "inputs": {"start": {"type": "string"}}, "nodes": nodes}
+    run_id = client.enqueue(flow, inputs={"start": "x" * 1024})
     with pytest.raises(Exception, match=r"node 'd12' failed: .*more than 4 MiB .*\(FIREFLOW_MAX_NODE_OUTPUT_BYTES\)"):
         client.result(run_id, timeout_seconds=120)
     assert _stored_bytes(migrated_url, run_id) < 16 * 1024 * 1024

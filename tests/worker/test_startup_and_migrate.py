@@ -33,7 +33,8 @@ def test_should_refuse_to_start_when_migrations_are_off_and_the_schema_is_missin
     assert worker.wait_exit() == 1
     output = worker.output()
     assert "cannot start:" in output
-    assert "is at schema version 0, but this version of DBOS requires" in output
+    assert "is at version 0 and this version of DBOS needs" in output
+    assert "run `fireflow-worker migrate`" in output
     assert migrate.current_version(database_url) == 0  # verify-only: it created nothing
 
 
@@ -71,12 +72,14 @@ def test_should_plan_then_apply_then_report_up_to_date(database_url: str, tmp_pa
     assert summary["result"] == "ok"
     assert summary["current_version"] == summary["required_version"]
     assert summary["project_objects"] == "installed"
+    assert (summary["previous_version"], summary["migration_needed"]) == (0, True)  # what this apply had to do
 
     again = _migrate(database_url, "--plan")
     assert again.returncode == migrate.EXIT_UP_TO_DATE
     assert json.loads(again.stdout)["migration_needed"] is False
     assert json.loads(again.stdout)["project_objects"] == "current"
-    assert json.loads(_migrate(database_url).stdout)["project_objects"] == "present"
+    up_to_date = json.loads(_migrate(database_url).stdout)
+    assert (up_to_date["project_objects"], up_to_date["migration_needed"]) == ("present", False)
 
     # Objects of an older release (the triggers workers are woken by changed): the plan asks for the Job.
     with psycopg.connect(database_url, autocommit=True) as conn:

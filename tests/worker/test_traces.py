@@ -84,3 +84,62 @@ def test_should_refuse_otlp_over_grpc_in_one_line(start_worker: StartWorker, otl
     worker = _traced_worker(start_worker, otlp_collector, wait=False, OTEL_EXPORTER_OTLP_PROTOCOL="grpc")
     assert worker.wait_exit() == 2
     assert "OTEL_EXPORTER_OTLP_PROTOCOL='grpc' is not supported" in worker.output()
+
+
+def test_should_export_the_log_over_otlp_in_the_runs_span_with_otlp_logs(
+    start_worker: StartWorker, client: FireflowClient, otlp_collector: Collector
+) -> None:
+    worker = _traced_worker(start_worker, otlp_collector, OTEL_LOGS_EXPORTER="otlp", OTEL_BLRP_SCHEDULE_DELAY="100")
+    run_id = client.enqueue(three_nodes(), traceparent=f"00-{ENQUEUER_TRACE}-{ENQUEUER_SPAN}-01")
+    assert client.wait(run_id, timeout_seconds=60).status == "SUCCESS"
+    spans = otlp_collector.wait_for(4)
+    records = otlp_collector.wait_for_logs(lambda found: any(r.body.startswith(f"run {run_id} ended") for r in found))
+    worker.terminate()
+    assert worker.wait_exit() == 0
+    run = _run_span(spans, run_id)
+
+    started = [r for r in records if r.body.startswith(f"run {run_id} started")]
+    assert len(started) == 1
+    (line,) = started
+    assert (line.trace_id, line.span_id) == (ENQUEUER_TRACE, run.span_id)
+    assert (line.service, line.logger, line.severity) == ("fireflow-worker-under-test", "fireflow.worker", "INFO")
+    assert line.attributes["fireflow.run.id"] == run_id
+    assert line.attributes["fireflow.executor"] == "traced-a"
+    assert line.attributes["fireflow.application_version"] == "7"
+    ready = [r for r in records if r.body.startswith("ready: executor traced-a")]
+    assert ready and ready[0].trace_id == ""  # written outside every span
+    assert any(r.logger.startswith("dbos") for r in records)  # DBOS's lines too
+    assert f"run {run_id} started" in worker.output()  # and stderr still has every line
+
+
+def test_should_export_no_log_without_otlp_logs(
+    start_worker: StartWorker, client: FireflowClient, otlp_collector: Collector
+) -> None:
+    worker = _traced_worker(start_worker, otlp_collector)
+    run_id = client.enqueue(three_nodes())
+    assert client.wait(run_id, timeout_seconds=60).status == "SUCCESS"
+    otlp_collector.wait_for(4)
+    worker.terminate()
+    assert worker.wait_exit() == 0
+    assert otlp_collector.logs() == []
+
+
+def test_should_export_a_supervisors_log_and_its_processes_with_otlp_logs(
+    start_worker: StartWorker, otlp_collector: Collector
+) -> None:
+    worker = start_worker(
+        "pool-0",
+        FIREFLOW_WORKER_PROCESSES="2",
+        OTEL_EXPORTER_OTLP_ENDPOINT=otlp_collector.endpoint,
+        OTEL_LOGS_EXPORTER="otlp",
+        OTEL_BLRP_SCHEDULE_DELAY="100",
+    )
+    worker.terminate()
+    assert worker.wait_exit() == 0
+    records = otlp_collector.wait_for_logs(
+        lambda found: any(r.logger == "fireflow.supervisor" and r.body == "stopped (status 0)" for r in found)
+    )
+    assert any(r.body.startswith("supervising 2 worker processes") for r in records)
+    ready = {r.attributes.get("fireflow.executor") for r in records if r.body.startswith("ready: executor")}
+    assert ready == {"pool-0", "pool-0-p1"}
+    assert {r.service for r in records} == {"fireflow-worker"}

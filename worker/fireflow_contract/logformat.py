@@ -34,6 +34,8 @@ _run_id: contextvars.ContextVar[str | None] = contextvars.ContextVar("fireflow_r
 _node: contextvars.ContextVar[str | None] = contextvars.ContextVar("fireflow_node", default=None)
 _pool: contextvars.ContextVar[tuple[str, str] | None] = contextvars.ContextVar("fireflow_pool", default=None)
 _process_context: dict[str, str] = {}
+# Loggers that do not propagate to the root and write through the root's handler themselves (DBOS's).
+OWN_HANDLER_LOGGERS = ("dbos",)
 
 
 def log_format_from_env(environ: Mapping[str, str] | None = None) -> LogFormat:
@@ -162,9 +164,10 @@ def configure(level: str | int, log_format: LogFormat, stream: TextIO | None = N
     root = logging.getLogger()
     root.handlers[:] = [handler]
     root.setLevel(level)
-    dbos = logging.getLogger("dbos")
-    dbos.handlers[:] = [handler]
-    dbos.propagate = False
+    for name in OWN_HANDLER_LOGGERS:
+        own = logging.getLogger(name)
+        own.handlers[:] = [handler]
+        own.propagate = False
     logging.captureWarnings(True)  # `warnings.warn` lines too, not printed raw
     return handler
 

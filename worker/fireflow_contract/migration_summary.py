@@ -18,8 +18,9 @@ FAILED = "failed"
 class MigrationSummary:
     action: str  # "plan" or "apply"
     current_version: int | None = None  # the database's DBOS schema version (after an apply: the new one)
+    previous_version: int | None = None  # apply: the version before it ran
     required_version: int | None = None  # the schema version the image's DBOS requires
-    migration_needed: bool | None = None
+    migration_needed: bool | None = None  # plan: the schema is behind; apply: it was, before this apply
     online_safe: bool | None = None  # plan: the step can be applied while older workers keep serving
     unsafe: list[str] | None = None  # plan: the statements that are not, shortened (at most five)
     result: str = OK

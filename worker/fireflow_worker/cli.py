@@ -8,17 +8,21 @@ Exit statuses: 0 success; 1 a runtime failure (a failed run, a failed migration,
 from __future__ import annotations
 
 import argparse
+import logging
 import os
 import signal
 from collections.abc import Sequence
 
-from fireflow_contract import migration_summary
+from fireflow_contract import migration_summary, worker_variables
 from fireflow_contract.dburl import mask_logs, redact_url
+from fireflow_contract.explain import database_error
 from fireflow_contract.logformat import configure, early_error
 from fireflow_contract.migration_summary import MigrationSummary
+from fireflow_contract.version import version_line
 from fireflow_worker import migrate
 from fireflow_worker.client_cli import client_main
-from fireflow_worker.config import ConfigError, load_config
+from fireflow_worker.config import ConfigError, WorkerConfig, load_config
+from fireflow_worker.env_names import unknown_variable_warnings
 from fireflow_worker.processes import SUPERVISOR_PID_ENV
 
 __all__ = ["client_main", "worker_main"]
@@ -34,6 +38,8 @@ def _fail_usage(message: str) -> int:
 
 def worker_main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="fireflow-worker", description=__doc__)
+    parser.add_argument("--version", action="version", version=version_line("fireflow-worker"))
+    parser.add_argument("--debug", action="store_true", help="log at debug level, tracebacks included")
     sub = parser.add_subparsers(dest="command")
     sub.add_parser("run", help="run the worker (the default)")
     mig = sub.add_parser("migrate", help="plan or apply the DBOS schema migration")
@@ -50,10 +56,14 @@ def worker_main(argv: Sequence[str] | None = None) -> int:
         "--termination-log", default=None, help="default: $FIREFLOW_TERMINATION_LOG or /dev/termination-log"
     )
     args = parser.parse_args(argv)
+    if args.debug:  # as DBOS_LOG_LEVEL=DEBUG, for a supervisor's worker processes too
+        os.environ[worker_variables.LOG_LEVEL] = "DEBUG"
     try:
         config = load_config()
     except ConfigError as err:
         return _fail_usage(str(err))
+    if not os.environ.get(SUPERVISOR_PID_ENV):  # a supervisor has said it for its processes
+        _warn_unknown_variables(config)
     if args.command == "migrate":
         configure(config.log_level, config.log_format)
         mask_logs([config.database_url or ""])  # DBOS logs the URL it migrates, query password included
@@ -68,6 +78,13 @@ def worker_main(argv: Sequence[str] | None = None) -> int:
     from fireflow_worker.runtime import run_worker  # noqa: PLC0415 - keeps `migrate` light
 
     return run_worker(config)
+
+
+def _warn_unknown_variables(config: WorkerConfig) -> None:
+    configure(config.log_level, config.log_format)
+    read = [info.alias for info in WorkerConfig.model_fields.values() if info.alias]
+    for line in unknown_variable_warnings(os.environ, read):
+        logging.getLogger("fireflow.worker").warning("%s", line)
 
 
 def _die_with_supervisor(supervisor_pid: int) -> None:
@@ -102,10 +119,9 @@ def _migrate(args: argparse.Namespace, database_url: str | None) -> int:
                 retry_delay_seconds=args.retry_delay_seconds,
             )
     except Exception as err:
+        said = database_error(err, database_url) or " ".join(str(err).split())
         summary = MigrationSummary(
-            action="plan" if args.plan else "apply",
-            result=migration_summary.FAILED,
-            error=redact_url(" ".join(str(err).split()))[:1000],
+            action="plan" if args.plan else "apply", result=migration_summary.FAILED, error=redact_url(said)[:1000]
         )
     summary.error = None if summary.error is None else redact_url(summary.error)
     migrate.report(summary, args.termination_log)

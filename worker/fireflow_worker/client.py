@@ -10,7 +10,6 @@ import time
 import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 from dbos import DBOSClient, WorkflowSerializationFormat
@@ -19,7 +18,6 @@ from dbos import error as dbos_error
 from fireflow_contract import queues, run_request, telemetry
 from fireflow_contract.run_request import EVENTS_STREAM, TERMINAL_STATUSES, WORKFLOW_NAME
 from fireflow_worker.flow_store import FlowNotFoundError, load_flow_definition, save_flow
-from fireflow_worker.flows.document import DocumentError, parse_text
 from fireflow_worker.flows.validate import FlowValidationError, load_flow, validate_run_inputs
 from fireflow_worker.run_events import EVENT_DETAILS, LIVE, Deriver, Step, event_detail
 
@@ -41,19 +39,6 @@ class RunCancelledError(RuntimeError):
 
 class RunAbandonedError(RuntimeError):
     """The run's worker died every time it ran it, so DBOS stopped recovering it (it may be resumed)."""
-
-
-def read_flow_file(path: str | Path) -> dict[str, Any]:
-    """Parse a YAML or JSON flow file into its definition (validated later, as a whole)."""
-    try:
-        data = parse_text(Path(path).read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError) as err:
-        raise FlowValidationError([f"{path}: cannot read the flow: {err}"]) from None
-    except DocumentError as err:
-        raise FlowValidationError([f"{path}: {err}"]) from None
-    if not isinstance(data, dict):
-        raise FlowValidationError([f"{path}: a flow must be a mapping, got {type(data).__name__}"])
-    return data
 
 
 @dataclass(frozen=True)
@@ -238,6 +223,14 @@ class FireflowClient:
             output=status.output,
             error=error,
         )
+
+    def latest_version(self) -> str | None:
+        """DBOS's latest application version on this database (the one version-less runs go to); None: no
+        worker of this application has ever started here."""
+        try:
+            return str(self._dbos.get_latest_application_version()["version_name"])
+        except dbos_error.DBOSException:
+            return None
 
     def cancel(self, run_id: str) -> RunStatus:
         """Cancel a queued or running run: it ends CANCELLED at once, its running node is not retried."""

@@ -9,6 +9,9 @@ from for real), and two things differ there:
   runs, which for nodes run one after another in order gives the same ids.
 - A graph's own event loop: 3.3 makes DBOS's thread pool the default executor of any loop it runs an async
   call on, and closing a loop shuts its default executor down, so `asyncio.run` would shut DBOS's pool down.
+
+What of this is private to DBOS (its thread pool, 3.3's step context and async step runner) is reached through
+`dbos_internals`.
 """
 
 from __future__ import annotations
@@ -18,6 +21,8 @@ from collections.abc import Callable, Coroutine
 from typing import Any, Protocol, TypeVar, cast
 
 from dbos import DBOS, StepOptions
+
+from fireflow_worker import dbos_internals
 
 R = TypeVar("R")
 HAS_RESERVE_STEP = hasattr(DBOS, "reserve_step")  # dbos 3.4
@@ -29,25 +34,11 @@ def run_on_own_loop(coro: Coroutine[Any, Any, R]) -> R:
     try:
         return loop.run_until_complete(coro)
     finally:
-        from dbos._dbos import _get_dbos_instance  # noqa: PLC0415 - private, pinned version
-
-        if getattr(loop, "_default_executor", None) is _get_dbos_instance()._executor_field:
+        if getattr(loop, "_default_executor", None) is dbos_internals.thread_pool(dbos_internals.instance()):
             loop._default_executor = None  # type: ignore[attr-defined]  # DBOS's pool: not this loop's to shut down
         loop.run_until_complete(loop.shutdown_asyncgens())
         loop.run_until_complete(loop.shutdown_default_executor())
         loop.close()
-
-
-def route_dbos_dispatch(execute_claimed: Callable[[Any, Any, str], Any]) -> bool:
-    """Have DBOS's own queue thread (polling: local mode, FIREFLOW_CLAIM_ON_NOTIFY=false) dispatch what it
-    claims through `execute_claimed`, as the worker's claimers do. Its module holds its own reference to
-    `execute_dequeued_workflow` (a private function of the pinned version); False where it has none."""
-    from dbos import _queue  # noqa: PLC0415 - private, pinned version
-
-    if not hasattr(_queue, "execute_dequeued_workflow"):
-        return False
-    _queue.execute_dequeued_workflow = execute_claimed
-    return True
 
 
 class Reservation(Protocol):
@@ -84,15 +75,10 @@ class _Snapshot:
     """dbos 3.3: the workflow's step context, snapshotted (its id drawn) at reservation."""
 
     def __init__(self) -> None:
-        from dbos._context import snapshot_step_context  # noqa: PLC0415 - dbos 3.3 only
-
-        self._step_ctx = snapshot_step_context()
+        self._step_ctx = dbos_internals.step_context_now()
 
     def run(self, options: StepOptions | None, func: Callable[..., Any], *args: Any) -> Any:
         raise NotImplementedError("a reserved step runs with run_async()")
 
     async def run_async(self, options: StepOptions | None, func: Callable[..., Any], *args: Any) -> Any:
-        from dbos._core import run_step_async  # noqa: PLC0415 - dbos 3.3 only
-        from dbos._dbos import _get_dbos_instance  # noqa: PLC0415
-
-        return await run_step_async(_get_dbos_instance(), self._step_ctx, func, options or {}, args, {})
+        return await dbos_internals.run_step_in(self._step_ctx, func, options, args)

@@ -6,6 +6,9 @@
   worker's `ready` line names what it serves.
 - `To view and manage workflows, connect to DBOS Conductor at: ...`: an advert for DBOS's managed service,
   which this deployment does not use (the operator recovers departed workers' runs).
+- `DBOS failed to launch:` with its traceback, and `Could not connect to postgres database to verify
+  existence of ...`: the worker's own `cannot start:` line says the same in one sentence with the fix; at
+  debug level (DBOS_LOG_LEVEL=DEBUG, `--debug`) they are shown.
 
 Matched on the message texts of the pinned DBOS version (3.4.0); a changed text is simply shown again.
 """
@@ -18,6 +21,7 @@ from collections.abc import Sequence
 LISTENING_PREFIX = "Listening to "
 QUEUE_PREFIX = "Queue: "
 CONDUCTOR_ADVERT = "To view and manage workflows, connect to DBOS Conductor"
+LAUNCH_FAILURES = ("DBOS failed to launch", "Could not connect to postgres database to verify existence")
 
 
 class DbosStartLines(logging.Filter):
@@ -25,6 +29,8 @@ class DbosStartLines(logging.Filter):
         super().__init__()
         # The queues the worker claims itself (none when DBOS polls them); set before launch.
         self.claimed_queues: Sequence[str] = ()
+        # False at debug level: DBOS's own account of a failed launch is shown beside the worker's.
+        self.quiet_launch_failures = True
         # The thread listing DBOS's queues (its queue thread, once at start), while it lists them.
         self._listing_thread: int | None = None
 
@@ -32,6 +38,8 @@ class DbosStartLines(logging.Filter):
         if not isinstance(record.msg, str):
             return True
         if record.msg.startswith(CONDUCTOR_ADVERT):
+            return False
+        if self.quiet_launch_failures and record.msg.startswith(LAUNCH_FAILURES):
             return False
         if record.thread == self._listing_thread:
             if record.msg.startswith(QUEUE_PREFIX):

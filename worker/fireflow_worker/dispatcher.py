@@ -25,8 +25,8 @@ Claims of one queue are still spaced at least the queue's polling interval apart
 so a burst of enqueues costs what polling would and never more. One thread per queue claims, exactly as
 DBOS's queue thread would (never two at once, so the worker concurrency holds).
 
-The claim and dispatch are private functions of the pinned DBOS version (3.4.0); re-check them when it
-moves. Without LISTEN (local mode on SQLite) DBOS polls the queues itself, at their interval.
+The claim, the dispatch and the listener's map of waiters are private to DBOS: they are reached through
+`dbos_internals`. Without LISTEN (local mode on SQLite) DBOS polls the queues itself, at their interval.
 """
 
 from __future__ import annotations
@@ -36,9 +36,11 @@ import logging
 import threading
 import time
 from collections.abc import Callable
-from typing import Any
 
-from fireflow_worker import run_encodings
+from dbos import DBOS
+
+from fireflow_worker import dbos_internals, run_encodings
+from fireflow_worker.dbos_internals import LoadedQueue, NotificationCallback
 from fireflow_worker.schema import ENQUEUED_PREFIX, QUEUE_CHANGED_PREFIX, RUN_ENDED
 
 log = logging.getLogger("fireflow.worker")
@@ -57,7 +59,7 @@ class QueueClaimer(threading.Thread):
     """Claims runs of one queue whenever woken (or every `safety_poll_seconds`), at most once per polling
     interval, and hands them to DBOS to execute."""
 
-    def __init__(self, dbos: Any, queue_name: str, safety_poll_seconds: float, stopped: threading.Event) -> None:
+    def __init__(self, dbos: DBOS, queue_name: str, safety_poll_seconds: float, stopped: threading.Event) -> None:
         super().__init__(name=f"claim-{queue_name}", daemon=True)
         self._dbos = dbos
         self.queue_name = queue_name
@@ -65,7 +67,7 @@ class QueueClaimer(threading.Thread):
         self._stopped = stopped
         self._wake = threading.Event()
         self._reload = True
-        self._queue: Any = None
+        self._queue: LoadedQueue | None = None
         # Every slot of this worker is taken: it looks (in memory, no database) for a freed one at this time.
         # Not woken by each run's end: a woken thread competes for the interpreter's lock with every run here.
         self._full_until: float | None = None
@@ -112,31 +114,31 @@ class QueueClaimer(threading.Thread):
                 if safety_polls % RELOAD_EVERY_SAFETY_POLLS == 0:
                     self._reload = True
             try:
-                self._load_queue()
-                if self._room() == 0:  # looked at again a polling interval later, as DBOS would poll
+                queue = self._load_queue()
+                if self._room(queue) == 0:  # looked at again a polling interval later, as DBOS would poll
                     if self._full_until is None or time.monotonic() >= self._full_until:
-                        self._full_until = time.monotonic() + self._queue._polling_interval_sec
+                        self._full_until = time.monotonic() + queue.polling_interval_sec
                     continue
                 self._full_until = None
                 # Space claims at least one polling interval apart, as DBOS spaces its polls.
-                wait = last_claim + self._queue._polling_interval_sec - time.monotonic()
+                wait = last_claim + queue.polling_interval_sec - time.monotonic()
                 if wait > 0 and self._stopped.wait(wait):
                     return
                 self._wake.clear()  # what woke us meanwhile is covered by the claim below
                 last_claim = time.monotonic()
-                self._claim()
+                self._claim(queue)
             except Exception as err:
                 if not self._stopped.is_set():
                     log.warning("cannot claim runs of %s, retrying: %s", self.queue_name, _one_line(err))
                     self._reload = True
                     self._stopped.wait(RECONNECT_SECONDS)
 
-    def _room(self) -> int | None:
+    def _room(self, queue: LoadedQueue) -> int | None:
         """Free slots of this worker on the queue (None: no per-worker limit)."""
-        limit = self._queue._worker_concurrency
+        limit = queue.worker_concurrency
         if limit is None:
             return None
-        running: int = self._dbos._active_workflows_set.count_for_queue(self.queue_name)
+        running = dbos_internals.running_on_queue(self._dbos, self.queue_name)
         return max(0, int(limit) - running - self._not_started())
 
     def _not_started(self) -> int:
@@ -147,38 +149,34 @@ class QueueClaimer(threading.Thread):
                 del self._starting[run_id]
             return len(self._starting)
 
-    def _load_queue(self) -> None:
+    def _load_queue(self) -> LoadedQueue:
         if self._reload or self._queue is None:
-            latest = self._dbos._sys_db.get_queue(self.queue_name)
+            latest = dbos_internals.load_queue(self._dbos, self.queue_name)
             if latest is None:
                 raise RuntimeError(f"queue {self.queue_name} is not registered")
             self._queue = latest
             self._reload = False
+        return self._queue
 
-    def _claim(self) -> None:
+    def _claim(self, queue: LoadedQueue) -> None:
         """One claim, exactly as DBOS's queue thread makes it for a queue without partitions."""
-        from dbos._utils import GlobalParams, generate_uuid  # noqa: PLC0415
-
-        queue = self._queue
-        budget = self._room()
-        running = self._dbos._active_workflows_set.count_for_queue(queue.name) + self._not_started()
-        owner_xid = generate_uuid()
-        claimed, stop_reason = self._dbos._sys_db.start_queued_workflows(
-            queue, GlobalParams.executor_id, GlobalParams.app_version, None, running, owner_xid=owner_xid
-        )
+        budget = self._room(queue)
+        running = dbos_internals.running_on_queue(self._dbos, self.queue_name) + self._not_started()
+        owner_xid = dbos_internals.new_owner_xid()
+        claimed, stop_reason = dbos_internals.claim(self._dbos, queue, running, owner_xid)
         self.claims += 1
         if budget is not None and len(claimed) >= budget:
-            self._full_until = time.monotonic() + queue._polling_interval_sec
+            self._full_until = time.monotonic() + queue.polling_interval_sec
         self._capped = stop_reason is not None
         if not claimed:
             return
-        found = {status["workflow_uuid"]: status for status in self._dbos._sys_db.get_workflow_statuses(claimed)}
+        found = dbos_internals.claimed_runs(self._dbos, claimed)
         now = time.monotonic()
         with self._starting_lock:
             self._starting.update(dict.fromkeys(claimed, now))
         for run_id in claimed:
             try:
-                status = found.get(run_id) or self._dbos._sys_db.get_workflow_status(run_id)
+                status = found.get(run_id) or dbos_internals.claimed_run(self._dbos, run_id)
                 if status is None:
                     raise RuntimeError("its status row is gone")
                 if run_encodings.execute_claimed(self._dbos, status, owner_xid) is None:
@@ -191,11 +189,11 @@ class QueueClaimer(threading.Thread):
 class Dispatcher:
     """The claimers of the served queues, woken through DBOS's own LISTEN connection."""
 
-    def __init__(self, dbos: Any, queue_names: list[str], safety_poll_seconds: float) -> None:
+    def __init__(self, dbos: DBOS, queue_names: list[str], safety_poll_seconds: float) -> None:
         self.stopped = threading.Event()
         self._dbos = dbos
         self.claimers = {name: QueueClaimer(dbos, name, safety_poll_seconds, self.stopped) for name in queue_names}
-        self._signals: list[tuple[str, Any]] = []
+        self._signals: list[tuple[str, NotificationCallback]] = []
         self._listener_watch = threading.Thread(target=self._watch_listener, name="claim-listener", daemon=True)
 
     def start(self) -> Dispatcher:
@@ -212,15 +210,13 @@ class Dispatcher:
         """Wake every claimer when DBOS's listener has a new connection: what was notified while it had none
         (a database outage, a dropped connection) is lost, and waiting for the safety poll would leave those
         runs queued for up to its interval."""
-        sys_db = self._dbos._sys_db
-        seen = getattr(sys_db, "notification_conn", None)
+        seen = dbos_internals.listener_connection(self._dbos)
         while not self.stopped.wait(LISTENER_CHECK_SECONDS):
-            current = getattr(sys_db, "notification_conn", None)
+            current = dbos_internals.listener_connection(self._dbos)
             if current is seen or current is None:
                 continue
             seen = current
-            with sys_db._listener_thread_lock:  # held by the listener until its LISTEN statements ran
-                pass
+            dbos_internals.wait_until_listening(self._dbos)
             log.info("DBOS's listener reconnected: claiming what may have been enqueued meanwhile")
             for claimer in self.claimers.values():
                 claimer.wake(reload=True)
@@ -228,15 +224,13 @@ class Dispatcher:
     def stop(self) -> None:
         self.stopped.set()
         for key, signal in self._signals:
-            self._dbos._sys_db.notifications_map.pop(key, signal)
+            dbos_internals.unlisten(self._dbos, key, signal)
         for claimer in self.claimers.values():
             claimer.interrupt()  # out of its wait, to see `stopped`
 
     def _listen(self, key: str, callback: Callable[[], None]) -> None:
         """Have DBOS's listener call `callback` when a notification with this payload arrives."""
-        signal = _Signal(callback)
-        self._dbos._sys_db.notifications_map.add(key, signal, (key, "", None))
-        self._signals.append((key, signal))
+        self._signals.append((key, dbos_internals.listen(self._dbos, key, callback)))
 
     def run_ended(self, queue_name: str) -> None:
         """A run ended here. Its request names its queue when our client enqueued it; when it does not, any
@@ -265,23 +259,6 @@ class Dispatcher:
         if self._listener_watch.ident is not None and not self._listener_watch.is_alive():
             return "the listener watch stopped: runs enqueued during a database outage would wait for the safety poll"
         return None
-
-
-def _signal_base() -> type:
-    from dbos._utils import LoopAwareEvent  # noqa: PLC0415 - private, pinned version
-
-    return LoopAwareEvent
-
-
-class _Signal(_signal_base()):  # type: ignore[misc]
-    """What DBOS's listener sets when our payload arrives: here, a call, never an event anyone waits on."""
-
-    def __init__(self, callback: Callable[[], None]) -> None:
-        super().__init__()
-        self._callback = callback
-
-    def set(self) -> None:
-        self._callback()
 
 
 def _one_line(err: BaseException) -> str:

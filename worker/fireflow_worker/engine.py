@@ -1,4 +1,8 @@
-"""The durable flow engine: one DBOS workflow per run (`fireflow.run_flow`), one DBOS step per node.
+"""The durable flow engine: one DBOS workflow per run (`fireflow.run_flow`), one DBOS step per node with effects.
+
+Nodes of pure types (`template`, `transform`) are computed in the workflow itself and not checkpointed: DBOS's
+model is that workflow code is deterministic and only what has effects is a step, so a recovered run computes
+them again from the recorded outputs of the steps before them, to the same values (see `executors`).
 
 The workflow is a plain (sync) DBOS workflow, DBOS's cheapest form: it resolves the run's flow, checks it and
 its inputs, then executes its nodes (see `executors`): a chain of nodes step after step in the workflow's own

@@ -9,6 +9,13 @@ A durable sleep cannot happen inside a step (a restarted step would sleep again 
 marked `durable` asks for sleep through its context; the step records the wake-up time as its output and the
 executor sleeps the remainder, so after a crash only what is left is slept.
 
+A node of a pure type (`template`, `transform`, any type declared pure) is computed in the workflow, not as a
+step: with the default event detail it writes no record unless it fails (its final failure is recorded as its
+step would have been, at its own reserved id), and a recovered run computes it again from the recorded
+outputs before it. Its id stays reserved, so the ids of the steps after it do not depend on what is pure. A
+run with `live` events checkpoints pure nodes too: their events are written from their step, which a recovery
+does not run again once recorded.
+
 A run is bounded (see `run_limits`): at most `max_parallel_nodes` of its node steps run at once, each output
 and the run's total are limited. A cancelled run stops at once: the cancel watcher wakes it (a sleep ends, a
 graph's node tasks are cancelled; a node step already running finishes unobserved and is not retried), and
@@ -28,9 +35,19 @@ from dbos import error as dbos_error
 from fireflow_contract import logformat, telemetry
 from fireflow_contract.run_request import EVENTS_STREAM
 from fireflow_worker import dbos_compat
+from fireflow_worker.dbos_compat import Reservation
 from fireflow_worker.flow_plans import FlowPlan
 from fireflow_worker.flows.graph import resolve_params
-from fireflow_worker.node_step import NodeCall, node_finished_event, now_ms, one_line, run_node_step
+from fireflow_worker.flows.nodetype import NodeError
+from fireflow_worker.node_step import (
+    NodeCall,
+    PureAttempts,
+    node_finished_event,
+    now_ms,
+    one_line,
+    raise_recorded,
+    run_node_step,
+)
 from fireflow_worker.run_limits import OutputBudget
 from fireflow_worker.run_state import SETTINGS, RunFailedError
 
@@ -71,6 +88,42 @@ def _node_call(
     return options, call
 
 
+def _failure_record(options: StepOptions) -> StepOptions:
+    # One attempt: the failure it records was reached by the pure node's own attempts.
+    return {"name": options["name"], "retries_allowed": False}
+
+
+def _pure_in_chain(
+    reservation: Reservation, options: StepOptions, call: NodeCall, cancelled: threading.Event, run_id: str
+) -> dict[str, Any]:
+    """A pure node in the workflow's thread; its final failure recorded at its step id (and raised)."""
+    attempts = PureAttempts(call, options)
+    while True:
+        try:
+            outcome = attempts.next()
+        except (NodeError, dbos_error.DBOSMaxStepRetriesExceeded) as failure:
+            reservation.run(_failure_record(options), raise_recorded, failure)
+            raise  # not reached: the recording step raises the failure itself
+        if isinstance(outcome, dict):
+            return outcome
+        if cancelled.wait(outcome):
+            raise _cancelled(run_id)
+
+
+async def _pure_in_graph(reservation: Reservation, options: StepOptions, call: NodeCall) -> dict[str, Any]:
+    """A pure node on the graph's event loop; its final failure recorded at its step id (and raised)."""
+    attempts = PureAttempts(call, options)
+    while True:
+        try:
+            outcome = attempts.next()
+        except (NodeError, dbos_error.DBOSMaxStepRetriesExceeded) as failure:
+            await reservation.run_async(_failure_record(options), raise_recorded, failure)
+            raise
+        if isinstance(outcome, dict):
+            return outcome
+        await asyncio.sleep(outcome)  # a cancelled run cancels this task
+
+
 def _node_failure(node_id: str, err: Exception) -> RunFailedError:
     if isinstance(err, dbos_error.DBOSMaxStepRetriesExceeded):
         last = one_line(err.errors[-1]) if err.errors else one_line(err)
@@ -95,7 +148,10 @@ def execute_chain(plan: FlowPlan, inputs: dict[str, Any], run_id: str, live: boo
                 needed = {dep: outputs[dep] for dep in plan.deps[node_id]}
                 options, call = _node_call(plan, node_id, inputs, needed, run_id, live, budget)
                 with logformat.node_context(node_id):  # DBOS's lines about the step (its retries) too
-                    result = reservation.run(options, run_node_step, call)
+                    if node_id in plan.pure and not live:
+                        result = _pure_in_chain(reservation, options, call, cancelled, run_id)
+                    else:
+                        result = reservation.run(options, run_node_step, call)
             except Exception as err:
                 raise _node_failure(node_id, err) from None
             budget.record(node_id, int(result.get("bytes", 0)))
@@ -133,7 +189,10 @@ async def execute_graph(plan: FlowPlan, inputs: dict[str, Any], run_id: str, liv
             options, call = _node_call(plan, node_id, inputs, outputs, run_id, live, budget)
             async with slots:
                 with logformat.node_context(node_id):  # this task's own context: DBOS's lines about the step too
-                    result = await reservations[node_id].run_async(options, run_node_step, call)
+                    if node_id in plan.pure and not live:
+                        result = await _pure_in_graph(reservations[node_id], options, call)
+                    else:
+                        result = await reservations[node_id].run_async(options, run_node_step, call)
         except Exception as err:
             done[node_id].set_exception(_node_failure(node_id, err))
             return

@@ -36,6 +36,8 @@ class FlowPlan:
     outputs: tuple[str, ...]
     # Each node depends on the one before it: no two nodes could ever run at once.
     is_chain: bool
+    # The nodes of pure types (see NodeType.pure): computed in the workflow, not checkpointed.
+    pure: frozenset[str] = frozenset()
 
 
 def build_plan(definition: Any) -> FlowPlan:
@@ -51,6 +53,7 @@ def build_plan(definition: Any) -> FlowPlan:
         retries={node_id: retry_policy(registry.get(spec.type), spec) for node_id, spec in flow.nodes.items()},
         outputs=tuple(output_nodes(flow)),
         is_chain=all(len(layer) == 1 for layer in layers),
+        pure=frozenset(node_id for node_id, spec in flow.nodes.items() if registry.get(spec.type).pure),
     )
 
 

@@ -19,6 +19,7 @@ from psycopg import errors as pg_errors
 
 from fireflow_contract import migration_summary
 from fireflow_contract.dburl import libpq_url
+from fireflow_contract.explain import database_error
 from fireflow_contract.migration_summary import MigrationSummary
 from fireflow_worker import migration_safety, schema
 
@@ -31,10 +32,9 @@ EXIT_MIGRATION_NEEDED = 3
 
 def dbos_migrations() -> list[str]:
     """The SQL of every migration the installed DBOS ships, in order (version n is item n-1)."""
-    from dbos._migration import get_dbos_migrations  # noqa: PLC0415 - private API of the pinned dbos
+    from fireflow_worker import dbos_internals  # noqa: PLC0415 - dbos only once needed, as in apply()
 
-    migrations: list[str] = get_dbos_migrations("dbos", use_listen_notify=True)
-    return migrations
+    return dbos_internals.dbos_migrations()
 
 
 def required_version() -> int:
@@ -63,7 +63,9 @@ def plan(database_url: str) -> MigrationSummary:
     current = current_version(database_url)
     migrations = dbos_migrations()
     required = len(migrations)
-    verdicts = migration_safety.step_verdicts(migrations, current, required)
+    # A database without DBOS's tables has no worker on it to disturb: every step is safe to apply online.
+    fresh = current == 0 and not _has_workflow_table(database_url)
+    verdicts = [] if fresh else migration_safety.step_verdicts(migrations, current, required)
     objects = "current" if current > 0 and objects_version(database_url) == schema.OBJECTS_VERSION else "outdated"
     return MigrationSummary(
         action="plan",
@@ -75,6 +77,19 @@ def plan(database_url: str) -> MigrationSummary:
         unsafe=[f"migration {v.version}: {v.reason}" for v in verdicts[:5]] or None,
         project_objects=objects,
     )
+
+
+def _has_workflow_table(database_url: str) -> bool:
+    """Whether DBOS's workflow table exists (an older DBOS keeps its version elsewhere, but has this table)."""
+    try:
+        conn = psycopg.connect(libpq_url(database_url), connect_timeout=10)
+    except psycopg.OperationalError as err:
+        if "does not exist" in str(err):
+            return False
+        raise
+    with conn:
+        row = conn.execute("SELECT to_regclass('dbos.workflow_status') IS NOT NULL").fetchone()
+        return bool(row and row[0])
 
 
 def objects_version(database_url: str) -> str | None:
@@ -119,6 +134,8 @@ def apply(
         summary.attempts = attempt
         try:
             summary.current_version = current_version(url)
+            if summary.previous_version is None:
+                summary.previous_version = summary.current_version
             if summary.current_version < summary.required_version:  # type: ignore[operator]
                 DBOS.migrate(url)
             installed = schema.install(url)
@@ -128,14 +145,16 @@ def apply(
                 time.sleep(retry_delay_seconds)
                 continue
             summary.result = migration_summary.FAILED
-            reason = "lock timeout" if _is_lock_timeout(err) else type(err).__name__
             detail = " ".join(str(getattr(err, "orig", None) or err).split())
-            summary.error = f"{reason}: {detail}"[:1000]
+            explained = None if _is_lock_timeout(err) else database_error(err, database_url)
+            reason = "lock timeout" if _is_lock_timeout(err) else type(err).__name__
+            summary.error = (explained or f"{reason}: {detail}")[:1000]
             break
         summary.project_objects = "installed" if installed else "present"
         break
-    if summary.current_version is not None and summary.required_version is not None:
-        summary.migration_needed = summary.current_version < summary.required_version
+    if summary.previous_version is not None and summary.required_version is not None:
+        # Whether this apply had to move the schema (the version after it is current_version).
+        summary.migration_needed = summary.previous_version < summary.required_version
     return summary
 
 

@@ -4,6 +4,10 @@ that node's failure.
 A node type is code the worker does not control (a `python` function, a plugin). Whatever it raises -
 `SystemExit`, `KeyboardInterrupt`, any other `BaseException` - becomes a `NodeError` here, in the step's
 thread: a `BaseException` that reached the event loop would close it and stall every run of the worker.
+
+A node of a pure type (see `NodeType.pure`) is no step: `PureAttempts` makes its attempts in the workflow
+itself, with the waits and the errors DBOS's retry loop would give its step, and the executor records only a
+final failure (as the step it would have been), so a failed pure node reads like any other.
 """
 
 from __future__ import annotations
@@ -13,7 +17,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from dbos import DBOS
+from dbos import DBOS, StepOptions
 from dbos import error as dbos_error
 from sqlalchemy import exc as sa_exc
 
@@ -89,7 +93,53 @@ def run_node_step(call: NodeCall) -> dict[str, Any]:
         return _attempt(call, attempt)
 
 
-def _attempt(call: NodeCall, attempt: int) -> dict[str, Any]:
+# DBOS's own cap on the wait between two attempts of a step.
+MAX_RETRY_WAIT_SECONDS = 3600.0
+
+
+class PureAttempts:
+    """A pure node's attempts, made in the workflow: what DBOS's retry loop does for a step (the same waits,
+    `should_retry`, and `DBOSMaxStepRetriesExceeded` once retries are exhausted), with no checkpoint."""
+
+    def __init__(self, call: NodeCall, options: StepOptions) -> None:
+        self._call = call
+        self._name = str(options.get("name", call.node_id))
+        self._retries = bool(options.get("retries_allowed"))
+        self._attempts = int(options.get("max_attempts", 1)) if self._retries else 1
+        self._interval = float(options.get("interval_seconds", 1.0))
+        self._backoff = float(options.get("backoff_rate", 2.0))
+        self._errors: list[Exception] = []
+        self.attempt = 0
+
+    def next(self) -> dict[str, Any] | float:
+        """The node's record (as its step would return it), or the seconds to wait before the next attempt.
+        Raises the node's failure: what DBOS would have recorded for its step."""
+        self.attempt += 1
+        try:
+            with telemetry.node_span(self._call.trace, self._call.node_id, self._call.node_type, self.attempt):
+                return _attempt(self._call, self.attempt, pure=True)
+        except NodeError as err:
+            if not self._retries:
+                raise
+            if not self._call.should_retry(err):
+                raise
+            self._errors.append(err)
+            if self.attempt >= self._attempts:
+                raise dbos_error.DBOSMaxStepRetriesExceeded(self._name, self._attempts, self._errors) from None
+            return min(self._interval * self._backoff ** (self.attempt - 1), MAX_RETRY_WAIT_SECONDS)
+
+
+def raise_recorded(failure: Exception) -> None:
+    """The body of the step that records a pure node's final failure at the node's own step id."""
+    raise failure
+
+
+def _no_sleep(seconds: float) -> None:
+    # A pure node is computed in the workflow and again on recovery: a sleep there would not be durable.
+    raise NodeError("this node type is declared pure but sleeps: a type that sleeps must not be pure", retryable=False)
+
+
+def _attempt(call: NodeCall, attempt: int, pure: bool = False) -> dict[str, Any]:
     if attempt > 1 and call.is_cancelled(call.run_id, True):
         # Raised past DBOS's retry loop and not recorded: a resumed run attempts this node afresh.
         raise dbos_error.DBOSWorkflowCancelledError(f"run {call.run_id} was cancelled; node {call.node_id} stops")
@@ -106,7 +156,8 @@ def _attempt(call: NodeCall, attempt: int) -> dict[str, Any]:
             }
         )
     deferred_sleep = _DeferredSleep()
-    ctx = NodeContext(run_id=call.run_id, node_id=call.node_id, sleeper=deferred_sleep, attempt=attempt)
+    sleeper = _no_sleep if pure else deferred_sleep
+    ctx = NodeContext(run_id=call.run_id, node_id=call.node_id, sleeper=sleeper, attempt=attempt)
     try:
         output = run_node(node_type, parse_params(node_type, call.params), ctx)
         size = checked_output_size(output, call.limits)
@@ -124,7 +175,7 @@ def _attempt(call: NodeCall, attempt: int) -> dict[str, Any]:
                     "node": call.node_id,
                     "attempt": attempt,
                     "error": one_line(failure.message),
-                    "duration_ms": round(elapsed * 1000, 3),
+                    "duration_ms": round(elapsed * 1000),
                     "at_ms": now_ms(),
                 }
             )
@@ -159,10 +210,11 @@ def _write_event(event: dict[str, Any]) -> None:
 
 
 def node_finished_event(node_id: str, attempt: int, duration_ms: float) -> dict[str, Any]:
+    # Whole milliseconds, as the events derived from DBOS's records (`steps`) carry them.
     return {
         "event": "node.finished",
         "node": node_id,
         "attempt": attempt,
-        "duration_ms": round(duration_ms, 3),
+        "duration_ms": round(duration_ms),
         "at_ms": now_ms(),
     }

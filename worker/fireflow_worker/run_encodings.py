@@ -20,9 +20,12 @@ from __future__ import annotations
 import logging
 from typing import Any
 
+from dbos import DBOS
+
 from fireflow_contract import run_request
 from fireflow_contract.js_encoding import UndecodableValueError, decode_arguments
-from fireflow_worker import metrics, worker_db
+from fireflow_worker import dbos_internals, metrics, worker_db
+from fireflow_worker.dbos_internals import ClaimedRun
 
 log = logging.getLogger("fireflow.worker")
 
@@ -44,16 +47,14 @@ def undecodable_message(err: UndecodableValueError) -> str:
     return f"invalid run request: {err}; send it as JSON data (a Date as its ISO string), or {_PORTABLE_HINT}"
 
 
-def execute_claimed(dbos: Any, status: Any, owner_xid: str) -> Any:
+def execute_claimed(dbos: DBOS, status: ClaimedRun, owner_xid: str) -> Any:
     """DBOS's dispatch of a claimed run, once its encoding is one DBOS reads (None when the run ended here)."""
-    from dbos._core import execute_dequeued_workflow  # noqa: PLC0415 - private, pinned version
-
     if not prepare_claimed(dbos, status, owner_xid):
         return None
-    return execute_dequeued_workflow(dbos, status, owner_xid)
+    return dbos_internals.execute_dequeued(dbos, status, owner_xid)
 
 
-def prepare_claimed(dbos: Any, status: dict[str, Any], owner_xid: str) -> bool:
+def prepare_claimed(dbos: DBOS, status: ClaimedRun, owner_xid: str) -> bool:
     """Make a claimed run readable by DBOS, in the database and in `status`; False when it cannot be and was
     ended ERROR (or was no longer this claim's)."""
     encoding = status.get("serialization")
@@ -61,7 +62,7 @@ def prepare_claimed(dbos: Any, status: dict[str, Any], owner_xid: str) -> bool:
         return True
     run_id = str(status["workflow_uuid"])
     label = encoding if encoding in KNOWN_ENCODINGS else OTHER_ENCODING
-    engine = dbos._sys_db.engine
+    engine = dbos_internals.system_engine(dbos)
     problem: str
     if encoding in run_request.DECODED_ENCODINGS:
         try:
@@ -83,7 +84,5 @@ def prepare_claimed(dbos: Any, status: dict[str, Any], owner_xid: str) -> bool:
     log.warning("run %s ends ERROR: %s", run_id, problem)
     # Its error in portable JSON, under that name, so that every SDK - the enqueuer's too - can read it.
     if worker_db.reencode_claimed_run(engine, run_id, owner_xid, run_request.PORTABLE_JSON, None):
-        dbos._sys_db.update_workflow_outcome(
-            run_id, "ERROR", error=run_request.portable_error(problem), owner_xid=owner_xid
-        )
+        dbos_internals.end_claimed_run(dbos, run_id, run_request.portable_error(problem), owner_xid)
     return False

@@ -25,8 +25,10 @@ import sqlalchemy as sa
 from dbos import DBOS, DBOSConfig
 
 from fireflow_contract import executor_ids, logformat, queues, telemetry
-from fireflow_contract.dburl import mask_logs, redact_url
-from fireflow_worker import dbos_compat, engine, run_encodings, schema, worker_db
+from fireflow_contract.dburl import SecretMask, mask_logs, redact_url
+from fireflow_contract.explain import bind_error, database_error
+from fireflow_contract.worker_variables import DATABASE_URL, HEALTH_HOST, HEALTH_PORT
+from fireflow_worker import dbos_internals, engine, run_encodings, schema, worker_db
 from fireflow_worker.cancellation import CancelWatcher
 from fireflow_worker.config import WorkerConfig
 from fireflow_worker.dbos_lines import DBOS_START_LINES
@@ -103,6 +105,7 @@ def configure_logging(config: WorkerConfig) -> None:
     logformat.set_process_context(
         namespace=os.environ.get("POD_NAMESPACE"), pool=os.environ.get("FIREFLOW_POOL"), executor=config.executor_id
     )
+    DBOS_START_LINES.quiet_launch_failures = config.log_level != "DEBUG"
     logging.getLogger("dbos").addFilter(DBOS_START_LINES)
     mask_logs([config.system_database_url])
     sys.excepthook = lambda kind, value, tb: log.critical("uncaught exception", exc_info=(kind, value, tb))
@@ -126,8 +129,9 @@ def run_worker(config: WorkerConfig) -> int:
     if config.local_mode:
         log.warning("local mode: SQLite at %s; fit for one worker, not for replicas", config.local_sqlite_path)
     state = HealthState()
-    server = HealthServer(state, config.health_host, config.health_port).start()
-    _tell_supervisor(server.port)
+    server = _serve_health(state, config)
+    if server is None:
+        return 1
     stop = threading.Event()
 
     def on_signal(signum: int, _frame: FrameType | None) -> None:
@@ -184,19 +188,34 @@ def run_worker(config: WorkerConfig) -> int:
     return 0  # not reached
 
 
-def _configure_tracing(config: WorkerConfig) -> bool:
-    """Spans of runs and nodes over OTLP when the OTEL_* variables ask for them; False: they ask for the
-    impossible (said in the log)."""
+def _serve_health(state: HealthState, config: WorkerConfig) -> HealthServer | None:
+    """The health server, started, its port told to a supervisor; None: the port cannot be bound (said in the
+    log, in one sentence)."""
     try:
-        tracing = telemetry.configure_tracing(
-            "fireflow-worker",
-            {"fireflow.executor": config.executor_id, "fireflow.application_version": config.application_version},
+        server = HealthServer(state, config.health_host, config.health_port).start()
+    except OSError as err:
+        log.error("cannot start: %s", bind_error(err, config.health_host, config.health_port, HEALTH_HOST, HEALTH_PORT))
+        return None
+    _tell_supervisor(server.port)
+    return server
+
+
+def _configure_tracing(config: WorkerConfig) -> bool:
+    """Spans of runs and nodes, and the log records, over OTLP when the OTEL_* variables ask for them; False:
+    they ask for the impossible (said in the log)."""
+    attributes = {"fireflow.executor": config.executor_id, "fireflow.application_version": config.application_version}
+    try:
+        tracing = telemetry.configure_tracing("fireflow-worker", attributes)
+        logs = telemetry.configure_log_export(
+            "fireflow-worker", attributes, filters=[SecretMask([config.system_database_url])]
         )
     except telemetry.TelemetryError as err:
         log.error("cannot start: %s", err)
         return False
     if tracing:
         log.info("tracing runs and nodes over OTLP/HTTP (OTEL_EXPORTER_OTLP_ENDPOINT)")
+    if logs:
+        log.info("exporting the log over OTLP/HTTP too (OTEL_LOGS_EXPORTER=otlp)")
     return True
 
 
@@ -245,9 +264,8 @@ def _exit_broken(state: HealthState, problem: str) -> None:
 
 
 def _sys_engine(dbos: DBOS) -> sa.Engine:
-    """DBOS's pooled system-database engine (a private attribute of the pinned version), once launched."""
-    sys_engine: sa.Engine = dbos._sys_db.engine
-    return sys_engine
+    """DBOS's pooled system-database engine, once launched."""
+    return dbos_internals.system_engine(dbos)
 
 
 def _launch(config: WorkerConfig) -> DBOS:
@@ -268,7 +286,7 @@ def _launch(config: WorkerConfig) -> DBOS:
     engine.SETTINGS.cancel_watcher = watcher
     engine.register_workflow(config.max_recovery_attempts)
     # Runs in an encoding DBOS cannot read are decoded or ended ERROR when claimed, by DBOS's queue thread too.
-    dbos_compat.route_dbos_dispatch(run_encodings.execute_claimed)
+    dbos_internals.route_queue_thread_dispatch(run_encodings.execute_claimed)
     # Claiming on notification, the worker claims its queues itself; DBOS polls none of them.
     DBOS.listen_queues([] if config.listens_for_work else config.queues)
     try:
@@ -277,12 +295,17 @@ def _launch(config: WorkerConfig) -> DBOS:
     except Exception as err:
         raise StartupError(_explain(err, config)) from None
     watcher.start()
-    _settle_latest_version(config)
+    try:
+        _settle_latest_version(config)
+    except StartupError:
+        raise
+    except Exception as err:
+        raise StartupError(_explain(err, config)) from None
     if config.database_url is not None:
         try:
             schema.install_pooled(_sys_engine(dbos))
         except Exception as err:
-            raise StartupError(f"cannot install the run-end trigger and flows table: {_one_line(err)}") from None
+            raise StartupError(f"cannot install the run-end trigger and flows table: {_explain(err, config)}") from None
     register_queues(config)
     return dbos
 
@@ -319,11 +342,12 @@ def _one_line(err: BaseException) -> str:
 
 
 def _explain(err: BaseException, config: WorkerConfig) -> str:
-    """DBOS's message, led by what to do when it is the two-application-names mistake."""
+    """What to do when it is the two-application-names mistake, else one sentence for what the database
+    said, else DBOS's message."""
     message = _one_line(err)
     if "already registered by application" in message:
         return (
             f"another application already uses this database; every worker on one database must use the same "
             f"DBOS_APPLICATION_NAME (this worker has {config.application_name!r}). DBOS: {message}"
         )
-    return message
+    return database_error(err, config.system_database_url, DATABASE_URL) or message

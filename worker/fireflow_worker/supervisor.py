@@ -38,8 +38,11 @@ from types import FrameType
 from prometheus_client import Metric
 from prometheus_client.parser import text_string_to_metric_families
 
-from fireflow_contract import logformat
+from fireflow_contract import logformat, telemetry
+from fireflow_contract.dburl import SecretMask
 from fireflow_contract.executor_ids import child_executor_id
+from fireflow_contract.explain import bind_error
+from fireflow_contract.worker_variables import HEALTH_HOST, HEALTH_PORT
 from fireflow_worker.config import WorkerConfig
 from fireflow_worker.health import NOT_FOUND, Reply, probe_handler
 from fireflow_worker.processes import HEALTH_PORT_FD_ENV, SUPERVISOR_PID_ENV
@@ -205,6 +208,11 @@ def run_supervisor(config: WorkerConfig, processes: int) -> int:
     """Run `processes` workers until SIGTERM or until one exits; returns the supervisor's exit status."""
     logformat.configure(config.log_level, config.log_format)
     logformat.set_process_context(namespace=os.environ.get("POD_NAMESPACE"), pool=os.environ.get("FIREFLOW_POOL"))
+    try:  # its own lines; each worker process exports its own
+        telemetry.configure_log_export("fireflow-worker", filters=[SecretMask([config.system_database_url])])
+    except telemetry.TelemetryError as err:
+        log.error("cannot start: %s", err)
+        return 2
     supervisor = Supervisor(config, processes)
     stop = threading.Event()
 
@@ -215,7 +223,11 @@ def run_supervisor(config: WorkerConfig, processes: int) -> int:
 
     signal.signal(signal.SIGTERM, on_signal)
     signal.signal(signal.SIGINT, on_signal)
-    server = ThreadingHTTPServer((config.health_host, config.health_port), _handler_for(supervisor))
+    try:
+        server = ThreadingHTTPServer((config.health_host, config.health_port), _handler_for(supervisor))
+    except OSError as err:
+        log.error("cannot start: %s", bind_error(err, config.health_host, config.health_port, HEALTH_HOST, HEALTH_PORT))
+        return 1
     server.daemon_threads = True
     threading.Thread(target=server.serve_forever, name="health-server", daemon=True).start()
     log.info(
@@ -228,6 +240,7 @@ def run_supervisor(config: WorkerConfig, processes: int) -> int:
     status = supervisor.wait(stop)
     log.info("stopped (status %d)", status)
     server.shutdown()
+    telemetry.shutdown()  # exports the log records still buffered
     return status
 
 

@@ -7,7 +7,7 @@ The watchdog probes those parts once a second; the first problem found makes the
 ends the process with a non-zero status. The runs it held stay PENDING under its executor id and the
 restarted worker recovers them.
 
-The probes read private attributes of the pinned DBOS version (3.4.0); re-check them when it moves.
+The probes read private attributes of DBOS, through `dbos_internals`.
 """
 
 from __future__ import annotations
@@ -15,7 +15,10 @@ from __future__ import annotations
 import logging
 import threading
 from collections.abc import Callable
-from typing import Any
+
+from dbos import DBOS
+
+from fireflow_worker import dbos_internals
 
 log = logging.getLogger("fireflow.worker")
 
@@ -52,21 +55,18 @@ class MachineryWatchdog(threading.Thread):
                 return
 
 
-def dbos_probes(dbos: Any) -> list[Probe]:
+def dbos_probes(dbos: DBOS) -> list[Probe]:
     """Probes of a launched DBOS instance: its event loop, its thread pool and its queue thread."""
-    from dbos._queue import queue_thread  # noqa: PLC0415 - private, pinned version
-
-    background_loop = dbos._background_event_loop
-    queue_threads = [t for t in dbos._background_threads if getattr(t, "_target", None) is queue_thread]
+    queue_threads = dbos_internals.queue_threads(dbos)
 
     def event_loop() -> str | None:
-        loop, thread = background_loop._loop, background_loop._thread
+        loop, thread = dbos_internals.event_loop(dbos)
         if loop is None or loop.is_closed() or not loop.is_running() or thread is None or not thread.is_alive():
             return "DBOS's event loop is no longer running"
         return None
 
     def thread_pool() -> str | None:
-        executor = dbos._executor_field
+        executor = dbos_internals.thread_pool(dbos)
         if executor is None:
             return "DBOS's thread pool is gone"
         try:

@@ -2,8 +2,8 @@
 
 Every connection a worker holds is one of DBOS's pool (`DBOS_SYSTEM_DATABASE_POOL_SIZE`, named
 `fireflow-worker:<executor id>` in `pg_stat_activity`) or its LISTEN connection: these helpers open none of
-their own, except the refund at shutdown, once the pool is closed. DBOS keeps the engine in a private
-attribute of the pinned version (`DBOS._sys_db.engine`).
+their own, except the refund at shutdown, once the pool is closed. DBOS keeps the engine private: it is
+reached through `dbos_internals.system_engine`.
 """
 
 from __future__ import annotations

@@ -172,11 +172,33 @@ class Toleration(K8sModel):
         }
     )
 
-    key: str | None = Field(None, max_length=316, pattern=QUALIFIED_NAME)
-    operator: Literal["Exists", "Equal"] | None = None
-    value: str | None = Field(None, max_length=63, pattern=LABEL_VALUE)
-    effect: Literal["NoSchedule", "PreferNoSchedule", "NoExecute"] | None = None
-    toleration_seconds: int | None = Field(None, ge=0, le=31_536_000)
+    key: str | None = Field(
+        None,
+        max_length=316,
+        pattern=QUALIFIED_NAME,
+        description="The taint key the toleration applies to. Empty matches all taint keys; then operator must be "
+        "Exists.",
+    )
+    operator: Literal["Exists", "Equal"] | None = Field(
+        None,
+        description="How the key relates to the value: Exists (any value) or Equal. Unset: Equal.",
+    )
+    value: str | None = Field(
+        None,
+        max_length=63,
+        pattern=LABEL_VALUE,
+        description="The taint value the toleration matches; empty with operator Exists.",
+    )
+    effect: Literal["NoSchedule", "PreferNoSchedule", "NoExecute"] | None = Field(
+        None, description="The taint effect to match: NoSchedule, PreferNoSchedule or NoExecute. Unset: all effects."
+    )
+    toleration_seconds: int | None = Field(
+        None,
+        ge=0,
+        le=31_536_000,
+        description="How long, in seconds, a pod stays bound to a node after a NoExecute taint it tolerates is "
+        "added. Unset: forever.",
+    )
 
     @model_validator(mode="after")
     def _rules(self) -> Toleration:
@@ -188,13 +210,23 @@ class Toleration(K8sModel):
 
 
 class LocalObjectReference(K8sModel):
-    name: ObjectName
+    name: ObjectName = Field(description="Name of the Secret in the pool's namespace.")
 
 
-class KeySelector(K8sModel):
-    name: ObjectName
-    key: str = Field(min_length=1, max_length=253, pattern=CONFIG_KEY)
-    optional: bool | None = None
+class ConfigMapKeySelector(K8sModel):
+    name: ObjectName = Field(description="Name of the ConfigMap in the pool's namespace.")
+    key: str = Field(min_length=1, max_length=253, pattern=CONFIG_KEY, description="The key to select.")
+    optional: bool | None = Field(
+        None, description="Whether the pod starts without the ConfigMap or its key. Unset: false (it does not)."
+    )
+
+
+class SecretKeySelector(K8sModel):
+    name: ObjectName = Field(description="Name of the Secret in the pool's namespace.")
+    key: str = Field(min_length=1, max_length=253, pattern=CONFIG_KEY, description="The key of the Secret to select.")
+    optional: bool | None = Field(
+        None, description="Whether the pod starts without the Secret or its key. Unset: false (it does not)."
+    )
 
 
 FIELD_PATH = (
@@ -204,17 +236,25 @@ FIELD_PATH = (
 
 
 class ObjectFieldSelector(K8sModel):
-    field_path: str = Field(max_length=316, pattern=FIELD_PATH)
-    api_version: Literal["v1"] | None = None
+    field_path: str = Field(
+        max_length=316,
+        pattern=FIELD_PATH,
+        description="Path of the pod field to select, such as metadata.name, metadata.labels['<key>'] or status.podIP.",
+    )
+    api_version: Literal["v1"] | None = Field(None, description="Version of the schema fieldPath is written in: v1.")
 
 
 class ResourceFieldSelector(K8sModel):
     resource: Literal[
         "limits.cpu", "limits.memory", "limits.ephemeral-storage",
         "requests.cpu", "requests.memory", "requests.ephemeral-storage",
-    ]  # fmt: skip
-    container_name: str | None = Field(None, max_length=63)
-    divisor: Quantity | None = None
+    ] = Field(description="The resource to select, such as limits.memory.")  # fmt: skip
+    container_name: str | None = Field(
+        None, max_length=63, description="The container whose resource to select. Unset: the worker container."
+    )
+    divisor: Quantity | None = Field(
+        None, description="The unit the value is expressed in (such as 1m or 1Mi). Unset: 1."
+    )
 
 
 class EnvVarSource(K8sModel):
@@ -228,10 +268,17 @@ class EnvVarSource(K8sModel):
         }
     )  # fmt: skip
 
-    field_ref: ObjectFieldSelector | None = None
-    resource_field_ref: ResourceFieldSelector | None = None
-    config_map_key_ref: KeySelector | None = None
-    secret_key_ref: KeySelector | None = None
+    field_ref: ObjectFieldSelector | None = Field(None, description="Selects a field of the pod.")
+    resource_field_ref: ResourceFieldSelector | None = Field(
+        None,
+        description="Selects a resource limit or request of a container, such as limits.memory.",
+    )
+    config_map_key_ref: ConfigMapKeySelector | None = Field(
+        None, description="Selects a key of a ConfigMap in the pool's namespace."
+    )
+    secret_key_ref: SecretKeySelector | None = Field(
+        None, description="Selects a key of a Secret in the pool's namespace."
+    )
 
     @model_validator(mode="after")
     def _one_source(self) -> EnvVarSource:
@@ -250,9 +297,20 @@ class EnvVar(K8sModel):
         }
     )
 
-    name: str = Field(min_length=1, max_length=253, pattern=ENV_NAME)
-    value: str | None = Field(None, max_length=32_768)
-    value_from: EnvVarSource | None = None
+    name: str = Field(
+        min_length=1,
+        max_length=253,
+        pattern=ENV_NAME,
+        description="Name of the environment variable: printable ASCII characters but '=' and space.",
+    )
+    value: str | None = Field(
+        None,
+        max_length=32_768,
+        description="The variable's value; $(VAR_NAME) refers to a variable defined before it. Unset: empty.",
+    )
+    value_from: EnvVarSource | None = Field(
+        None, description="Source of the variable's value. Cannot be used if value is set."
+    )
 
     @model_validator(mode="after")
     def _one_of(self) -> EnvVar:
@@ -271,7 +329,12 @@ class Capabilities(K8sModel):
         max_length=1,
         description="Only NET_BIND_SERVICE may be added (" + RESTRICTED + ").",
     )
-    drop: list[Annotated[str, Field(max_length=64, pattern=r"^[A-Z_]+$")]] | None = Field(None, max_length=64)
+    drop: list[Annotated[str, Field(max_length=64, pattern=r"^[A-Z_]+$")]] | None = Field(
+        None,
+        max_length=64,
+        description="Capabilities to drop, such as NET_RAW. The operator drops ALL in any case, as the restricted "
+        "Pod Security Standard requires.",
+    )
 
 
 LOCALHOST_PROFILE_RULE = (
@@ -289,7 +352,12 @@ class SeccompProfile(K8sModel):
     )
 
     type: Literal["RuntimeDefault", "Localhost"] = Field(description="Unconfined is not allowed (" + RESTRICTED + ").")
-    localhost_profile: str | None = Field(None, max_length=4096)
+    localhost_profile: str | None = Field(
+        None,
+        max_length=4096,
+        description="Path of a profile preconfigured on the node, relative to the kubelet's seccomp profile "
+        "directory. Set it if and only if type is Localhost.",
+    )
 
     @model_validator(mode="after")
     def _profile_for_localhost(self) -> SeccompProfile:
@@ -311,11 +379,31 @@ class _RestrictedFields(K8sModel):
     """The security fields both contexts share, each refused with a message when it leaves "restricted"."""
 
     run_as_user: int | None = Field(
-        None, ge=0, le=2_147_483_647, json_schema_extra=_refused("self != 0", "runAsUser", 0)
+        None,
+        ge=0,
+        le=2_147_483_647,
+        description="The UID the container processes run as; 0 (root) is not allowed. Unset: 10001 for the "
+        "worker container. A container's value overrides the pod's.",
+        json_schema_extra=_refused("self != 0", "runAsUser", 0),
     )
-    run_as_group: int | None = Field(None, ge=0, le=2_147_483_647)
-    run_as_non_root: bool | None = Field(None, json_schema_extra=_refused("self == true", "runAsNonRoot", False))
-    seccomp_profile: SeccompProfile | None = None
+    run_as_group: int | None = Field(
+        None,
+        ge=0,
+        le=2_147_483_647,
+        description="The primary GID the container processes run as. Unset: 10001 for the worker container. "
+        "A container's value overrides the pod's.",
+    )
+    run_as_non_root: bool | None = Field(
+        None,
+        description="Whether the kubelet refuses to start a container that would run as UID 0; only true is "
+        "allowed. Unset: true.",
+        json_schema_extra=_refused("self == true", "runAsNonRoot", False),
+    )
+    seccomp_profile: SeccompProfile | None = Field(
+        None,
+        description="The seccomp profile of the processes: RuntimeDefault or a Localhost profile. Unset: "
+        "RuntimeDefault. A container's value overrides the pod's.",
+    )
 
     @model_validator(mode="after")
     def _restricted(self) -> _RestrictedFields:
@@ -332,15 +420,41 @@ class _RestrictedFields(K8sModel):
 
 
 class ContainerSecurityContext(_RestrictedFields):
-    read_only_root_filesystem: bool | None = None
-    allow_privilege_escalation: bool | None = Field(
-        None, json_schema_extra=_refused("self == false", "allowPrivilegeEscalation", True)
+    read_only_root_filesystem: bool | None = Field(
+        None,
+        description="Whether the container's root filesystem is read-only (/tmp is a writable emptyDir either "
+        "way). Unset: true.",
     )
-    privileged: bool | None = Field(None, json_schema_extra=_refused("self == false", "privileged", True))
-    capabilities: Capabilities | None = None
+    allow_privilege_escalation: bool | None = Field(
+        None,
+        description="Whether a process may gain more privileges than its parent (no_new_privs unset); only false "
+        "is allowed. Unset: false.",
+        json_schema_extra=_refused("self == false", "allowPrivilegeEscalation", True),
+    )
+    privileged: bool | None = Field(
+        None,
+        description="Whether the container runs privileged; only false is allowed. Unset: false.",
+        json_schema_extra=_refused("self == false", "privileged", True),
+    )
+    capabilities: Capabilities | None = Field(
+        None, description="The POSIX capabilities of the container. Unset: ALL dropped, none added."
+    )
 
 
 class PodSecurityContext(_RestrictedFields):
-    fs_group: int | None = Field(None, ge=0, le=2_147_483_647)
-    fs_group_change_policy: Literal["OnRootMismatch", "Always"] | None = None
-    supplemental_groups: list[Annotated[int, Field(ge=0, le=2_147_483_647)]] | None = Field(None, max_length=32)
+    fs_group: int | None = Field(
+        None,
+        ge=0,
+        le=2_147_483_647,
+        description="A supplemental GID of every container that owns the pod's volumes. Unset: 10001.",
+    )
+    fs_group_change_policy: Literal["OnRootMismatch", "Always"] | None = Field(
+        None,
+        description="When the kubelet changes the ownership of a volume to fsGroup: OnRootMismatch (only when its "
+        "root does not match) or Always. Unset: Always.",
+    )
+    supplemental_groups: list[Annotated[int, Field(ge=0, le=2_147_483_647)]] | None = Field(
+        None,
+        max_length=32,
+        description="More GIDs the first process of every container belongs to, besides its primary GID and fsGroup.",
+    )

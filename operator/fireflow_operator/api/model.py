@@ -89,20 +89,30 @@ class SecretKeyRef(_Model):
     key: str = Field("url", description="Key holding the postgresql:// URL.", min_length=1, max_length=253)
 
 
+def _database_rules(schema: dict[str, Any]) -> None:
+    """secretRef is required by a CEL rule, not the schema's `required`: the API server reports a missing
+    required field alone, which would hide why `url` is refused when a user writes `database: {url: ...}`."""
+    schema["required"] = [name for name in schema.get("required", []) if name != "secretRef"]
+    if not schema["required"]:
+        del schema["required"]
+    schema["x-kubernetes-validations"] = [
+        {
+            "rule": "!has(self.url)",
+            "message": "spec.database.url is not allowed: put the URL in a Secret and reference it with "
+            "spec.database.secretRef",
+        },
+        {
+            "rule": "has(self.secretRef)",
+            "message": "spec.database.secretRef is required: the name (and key, default url) of a Secret in the "
+            "pool's namespace holding the postgresql:// URL",
+        },
+    ]
+
+
 class DatabaseSpec(_Model):
     """The executions database. The URL is only ever read from a Secret."""
 
-    model_config = ConfigDict(
-        json_schema_extra={
-            "x-kubernetes-validations": [
-                {
-                    "rule": "!has(self.url)",
-                    "message": "spec.database.url is not allowed: put the URL in a Secret and "
-                    "reference it with spec.database.secretRef",
-                }
-            ]
-        }
-    )
+    model_config = ConfigDict(json_schema_extra=lambda schema, _: _database_rules(schema))
 
     secret_ref: SecretKeyRef = Field(description="Where the postgresql:// URL of the database is.")
     reserved_connections: int = Field(
@@ -160,7 +170,9 @@ class MigrationSpec(_Model):
         description="Online: apply while the previous version serves (a step the plan Job finds unsafe drains "
         "the pool instead); Offline: drain the pool to zero for every migration.",
     )
-    lock_timeout_ms: int = Field(5_000, ge=100, le=600_000, description="lock_timeout of the migration sessions.")
+    lock_timeout_ms: int = Field(
+        5_000, ge=100, le=600_000, description="lock_timeout of the migration's database connections."
+    )
     retries: int = Field(3, ge=0, le=100, description="Retries of a lock timeout inside one migration attempt.")
     deadline_seconds: int = Field(600, ge=30, le=86_400, description="activeDeadlineSeconds of a migration Job.")
     max_attempts: int = Field(
@@ -171,7 +183,8 @@ class MigrationSpec(_Model):
         "image, the application version or spec.migration changes.",
     )
     resources: ResourceRequirements | None = Field(
-        None, description="Resources of the migration Jobs' container. Unset: the operator's default (see the README)."
+        None,
+        description="Resources of the migration Jobs' container. Unset: the operator's default (docs/security.md).",
     )
 
 
@@ -282,7 +295,7 @@ class PoolSpec(_Model):
     )
     resources: ResourceRequirements | None = Field(
         None,
-        description="Worker container resources (requests/limits). Unset: the operator's default (see the README).",
+        description="Worker container resources (requests/limits). Unset: the operator's default (docs/security.md).",
     )
     node_selector: LabelMap | None = Field(None, description="Pod node selector.")
     tolerations: list[Toleration] | None = Field(None, max_length=32, description="Pod tolerations.")
@@ -298,7 +311,7 @@ class PoolSpec(_Model):
         None,
         max_length=253,
         pattern=DNS_SUBDOMAIN,
-        description="Service account of the pods: only one the operator's settings allow (see the README).",
+        description="Service account of the pods: only one the operator's settings allow (docs/security.md).",
     )
     priority_class_name: str | None = Field(
         None, max_length=253, pattern=DNS_SUBDOMAIN, description="Priority class of the pods."

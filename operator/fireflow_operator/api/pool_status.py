@@ -79,7 +79,7 @@ class VersionStatus(StatusModel):
     index: int = Field(description="0 for the StatefulSet named after the pool, N for <pool>-vN.")
     image: str = Field(description="The worker image of its pods.")
     state: Literal["Current", "Retiring"] = Field(description="Current, or Retiring until its runs are done.")
-    max_replicas: int | None = Field(None, description="A retiring version's size when it stopped being current.")
+    max_replicas: int | None = Field(None, description="A retiring version's size when it was last current.")
     retiring_since: float | None = Field(None, description="When it started retiring (Unix seconds).")
     forked: bool | None = Field(None, description="Its runs left after spec.rollout.retireAfterSeconds were forked.")
     stateful_set: str | None = Field(None, description="The StatefulSet of its pods.")
@@ -100,6 +100,9 @@ class ConnectionBudgetStatus(StatusModel):
     others_in_use: int = Field(description="Connections in use by clients that are neither pools nor the operator.")
     other_pools: int = Field(description="Connections other pools on the server may hold.")
     migration_job: int = Field(description="Connections a migration Job holds.")
+    operator_connection: int | None = Field(
+        None, description="The operator's connection to the database, kept between reconciles."
+    )
     database_limit: int = Field(description="The database's connection limit (-1: none).")
     role_limit: int = Field(description="The role's connection limit (-1: none).")
     limited_by: str = Field(description="The scope whose limit binds: server, database or role.")
@@ -150,6 +153,9 @@ class PoolStatus(StatusModel):
     rollout: RolloutStatus | None = Field(None, description="The latest rollout and its progress deadline.")
     versions: list[VersionStatus] | None = Field(None, description="Every application version that has pods.")
     connection_budget: ConnectionBudgetStatus | None = Field(None, description="The connection budget's decision.")
+    network_policy: str | None = Field(
+        None, description="The NetworkPolicy the operator keeps for the pool, while spec.networkPolicy asks for one."
+    )
 
 
 def parse_status(status: dict[str, Any]) -> PoolStatus:

@@ -4,8 +4,9 @@ PostgreSQL refuses a connection when any of three counts is full: the server's `
 the slots reserved for superusers and `pg_use_reserved_connections`), the database's `CONNECTION LIMIT`
 and the role's `CONNECTION LIMIT` (the last two do not apply to superusers). A pool fits when each of
 those scopes has room for its workers after everything else in that scope: connections in use by anything
-that is not a known pool, what the other pools on the same scope need, the migration Job, and (server-wide)
-the pool's headroom. Pools on different databases of one server share its `max_connections`.
+that is not a known pool, what the other pools on the same scope need, the migration Job, the operator's own
+connection to the database, and (server-wide) the pool's headroom. Pools on different databases of one server
+share its `max_connections`.
 
 A worker holds at most `systemDatabasePoolSize` pooled connections plus one LISTEN connection; a migration
 Job holds up to three (DBOS's migrate pool of two plus the version check).
@@ -19,6 +20,9 @@ from dataclasses import dataclass
 from fireflow_operator.database.facts import DatabaseFacts, Usage
 
 MIGRATION_JOB_CONNECTIONS = 3
+OPERATOR_CONNECTION = (
+    1  # the operator's connection to the pool's database, kept between reconciles (database/kept_connections.py)
+)
 SERVER, DATABASE, ROLE = "server", "database", "role"
 
 
@@ -42,7 +46,8 @@ class Scope:
 
     @property
     def free(self) -> int:
-        return self.limit - self.reserved - self.others_in_use - self.other_pools - MIGRATION_JOB_CONNECTIONS
+        taken = self.others_in_use + self.other_pools + MIGRATION_JOB_CONNECTIONS + OPERATOR_CONNECTION
+        return self.limit - self.reserved - taken
 
     def describe(self, facts: DatabaseFacts, headroom: int) -> str:
         if self.name == SERVER:
@@ -53,7 +58,7 @@ class Scope:
             head = f"role {facts.role!r} CONNECTION LIMIT {self.limit}"
         return (
             f"{head} - others in use {self.others_in_use} - other pools {self.other_pools} "
-            f"- migration Job {MIGRATION_JOB_CONNECTIONS}"
+            f"- migration Job {MIGRATION_JOB_CONNECTIONS} - operator {OPERATOR_CONNECTION}"
         )
 
 
@@ -96,6 +101,7 @@ class Budget:
             "othersInUse": server.others_in_use,
             "otherPools": server.other_pools,
             "migrationJob": MIGRATION_JOB_CONNECTIONS,
+            "operatorConnection": OPERATOR_CONNECTION,
             "databaseLimit": self.facts.database_limit,
             "roleLimit": self.facts.role_limit,
             "limitedBy": self.limiting.name,

@@ -14,16 +14,8 @@ import psycopg
 
 from fireflow_contract.executor_ids import APPLICATION_NAME_BYTES, WORKER_CONNECTION_PREFIX
 from fireflow_operator.api.names import MIGRATION_APPLICATION_NAME, OPERATOR_APPLICATION_NAME
-from fireflow_operator.database.dsn import libpq_dsn
 from fireflow_operator.database.facts import DatabaseFacts, Usage
-
-
-class DatabaseUnreachableError(Exception):
-    """No session could be opened."""
-
-
-class DatabaseQueryError(Exception):
-    """A session was opened, then a query failed."""
+from fireflow_operator.database.kept_connections import DatabaseQueryError, database_connection
 
 
 def pool_connection_prefix(namespace: str, statefulset: str) -> str:
@@ -46,14 +38,17 @@ def is_pool_connection(application_name: str, prefixes: Iterable[str]) -> bool:
 def count_others(
     rows: Iterable[tuple[str | None, str | None, str | None]], *, database: str, role: str, pool_prefixes: list[str]
 ) -> Usage:
-    """Client connections that are neither a known pool's workers nor the operator's own, per scope.
+    """Client connections that are neither a known pool's workers, a migration Job (both budgeted) nor the
+    operator's connection to this database (reserved: budget.OPERATOR_CONNECTION), per scope. The operator's
+    connections to the server's other databases, which it keeps between reconciles, are others' usage here.
 
     `rows` are (usename, datname, application_name) of the server's client backends.
     """
     server = on_database = of_role = 0
     for usename, datname, application_name in rows:
         name = application_name or ""
-        if name in (OPERATOR_APPLICATION_NAME, MIGRATION_APPLICATION_NAME) or is_pool_connection(name, pool_prefixes):
+        own_connection = name == OPERATOR_APPLICATION_NAME and datname == database
+        if own_connection or name == MIGRATION_APPLICATION_NAME or is_pool_connection(name, pool_prefixes):
             continue
         server += 1
         on_database += datname == database
@@ -71,8 +66,8 @@ SELECT current_setting('max_connections')::int,
        (SELECT datconnlimit FROM pg_database WHERE datname = current_database()),
        coalesce(host(inet_server_addr()), 'local') || ':' || coalesce(inet_server_port(), 0)
 """
-# Other roles' sessions show a NULL backend_type to an unprivileged role: a session in a database is a client.
-_SESSIONS = """
+# Other roles' connections show a NULL backend_type to an unprivileged role: one in a database is a client.
+_CONNECTIONS = """
 SELECT usename, datname, application_name FROM pg_stat_activity
  WHERE pid <> pg_backend_pid()
    AND (backend_type = 'client backend' OR (backend_type IS NULL AND datname IS NOT NULL))
@@ -109,34 +104,20 @@ def _schema_facts(conn: psycopg.Connection[tuple[object, ...]], application_name
     return version, tuple(sorted(str(r[0]) for r in owners))
 
 
-def connect(url: str, timeout_seconds: int) -> psycopg.Connection[tuple[object, ...]]:
-    """An autocommit session with short timeouts (raises DatabaseUnreachableError)."""
-    try:
-        return psycopg.connect(
-            libpq_dsn(url),
-            connect_timeout=timeout_seconds,
-            application_name=OPERATOR_APPLICATION_NAME,
-            options=f"-c statement_timeout={timeout_seconds * 1000}",
-            autocommit=True,
-        )
-    except psycopg.Error as err:
-        raise DatabaseUnreachableError(" ".join(str(err).split())) from None
-
-
 def probe_database(url: str, application_name: str, *, timeout_seconds: int, pool_prefixes: list[str]) -> DatabaseFacts:
     """Read the server's limits and usage and the schema's state."""
-    with connect(url, timeout_seconds) as conn:
+    with database_connection(url, timeout_seconds) as conn:
         try:
             limits = conn.execute(_LIMITS).fetchone()
             assert limits is not None
             max_conn, su_reserved, reserved, database, role, superuser, role_limit, db_limit, address = limits
             server = _server_identity(conn, str(address))
-            sessions = conn.execute(_SESSIONS).fetchall()
+            clients = conn.execute(_CONNECTIONS).fetchall()
             version, foreign = _schema_facts(conn, application_name)
         except psycopg.Error as err:
             raise DatabaseQueryError(" ".join(str(err).split())) from None
     others = count_others(
-        [(_str(u), _str(d), _str(a)) for u, d, a in sessions],
+        [(_str(u), _str(d), _str(a)) for u, d, a in clients],
         database=str(database),
         role=str(role),
         pool_prefixes=pool_prefixes,

@@ -14,8 +14,8 @@ from collections.abc import Iterable
 import psycopg
 
 from fireflow_contract import executor_ids
-from fireflow_operator.database.dbprobe import DatabaseQueryError, connect
 from fireflow_operator.database.dsn import libpq_dsn
+from fireflow_operator.database.kept_connections import DatabaseQueryError, database_connection
 
 
 def stranded_executors(
@@ -65,7 +65,7 @@ def pool_pending_executors(url: str, namespace: str, pool_name: str, *, timeout_
 
 
 def _pending_with_prefix(url: str, prefix: str, timeout_seconds: int) -> list[str]:
-    with connect(url, timeout_seconds) as conn:
+    with database_connection(url, timeout_seconds) as conn:
         try:
             if conn.execute("SELECT to_regclass('dbos.workflow_status') IS NULL").fetchone() == (True,):
                 return []  # never migrated: no worker ever ran, so nothing can be stranded
@@ -83,7 +83,7 @@ def resume_runs_of(url: str, application_name: str, executors: list[str], *, tim
     """Re-enqueue the PENDING runs of `executors`; returns how many were handed back."""
     if not executors:
         return 0
-    with connect(url, timeout_seconds) as conn:
+    with database_connection(url, timeout_seconds) as conn:
         try:
             rows = conn.execute(
                 "SELECT workflow_uuid, queue_name FROM dbos.workflow_status "

@@ -11,8 +11,8 @@ from typing import Any
 
 import psycopg
 
-from fireflow_operator.database.dbprobe import DatabaseQueryError, connect
 from fireflow_operator.database.dsn import libpq_dsn
+from fireflow_operator.database.kept_connections import DatabaseQueryError, database_connection
 
 
 def runs_left(
@@ -21,7 +21,7 @@ def runs_left(
     """(PENDING, ENQUEUED) runs per application version: PENDING ones held by these StatefulSets' pods,
     ENQUEUED ones waiting on this pool's queues for that version."""
     prefixes = [f"{namespace}.{name}-" for name in statefulsets]
-    with connect(url, timeout_seconds) as conn:
+    with database_connection(url, timeout_seconds) as conn:
         try:
             if conn.execute("SELECT to_regclass('dbos.workflow_status') IS NULL").fetchone() == (True,):
                 return {}
@@ -103,7 +103,7 @@ def runs_of_version(
 ) -> list[str]:
     """The ids of a version's runs left (the same selection as runs_left)."""
     prefixes = [f"{namespace}.{name}-" for name in statefulsets]
-    with connect(url, timeout_seconds) as conn:
+    with database_connection(url, timeout_seconds) as conn:
         try:
             rows = conn.execute(
                 """

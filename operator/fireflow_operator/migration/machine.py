@@ -106,6 +106,8 @@ def _new_round(m: dict[str, Any], inp: MigrationInput, attempt: int) -> Migratio
         "round": job_round(m) + 1 if m else 1,
         "attempt": attempt,
         "specKey": inp.spec_key,
+        # What SchemaReady says until the plan answers (never a message left from an earlier round).
+        "message": "a plan Job of the target image reads the database's schema version",
     }
     if "replicasBefore" in m:
         fresh["replicasBefore"] = m["replicasBefore"]

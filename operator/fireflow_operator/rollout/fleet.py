@@ -19,7 +19,7 @@ from fireflow_operator.api import conditions, names
 from fireflow_operator.children.builders import Pool, build_statefulset
 from fireflow_operator.context import PoolContext
 from fireflow_operator.database import recovery, versions_db
-from fireflow_operator.database.dbprobe import DatabaseQueryError, DatabaseUnreachableError
+from fireflow_operator.database.kept_connections import DatabaseQueryError, DatabaseUnreachableError
 from fireflow_operator.kube import Kube
 from fireflow_operator.migration import observe
 from fireflow_operator.rollout import health, progress, versions

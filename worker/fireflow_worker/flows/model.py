@@ -1,4 +1,4 @@
-"""The flow document as pydantic models: a named DAG of typed nodes (the format is documented in the README).
+"""The flow document as pydantic models: a named DAG of typed nodes (the format is documented in docs/flows.md).
 
 These models check the *shape* of a flow. What it means (known node types, their params, references,
 cycles) is checked by `validate.load_flow`, which is the way to obtain a `Flow`.

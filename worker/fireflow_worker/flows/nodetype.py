@@ -66,6 +66,11 @@ class NodeType(ABC, Generic[P]):
     retry: ClassVar[RetryPolicy] = RetryPolicy()
     # True: run in the workflow itself (it calls ctx.sleep), not as one retried step.
     durable: ClassVar[bool] = False
+    # True: the output is a function of the params alone - deterministic, no I/O, no clock, no random state,
+    # no ctx.sleep. The engine then computes it in the workflow instead of checkpointing it as a DBOS step:
+    # a recovered run computes it again from the recorded outputs before it, which gives the same value.
+    # A type that reads or changes anything outside its params must leave this False.
+    pure: ClassVar[bool] = False
 
     @abstractmethod
     def run(self, params: P, ctx: NodeContext) -> Any:

@@ -4,6 +4,11 @@ A plugin declares, in its pyproject.toml:
 
     [project.entry-points."fireflow.nodes"]
     my-type = "my_package.nodes:MyNode"     # the entry point's name is the node type's `name`
+
+A type that sets `pure = True` promises that its output is a deterministic function of its params, with no
+side effect (no I/O, no clock, no random state, no sleep): it is computed inside the run's workflow, not
+checkpointed, and computed again when the run is recovered. A type that breaks the promise may give a
+recovered run another value than its first execution saw; leave `pure` False for anything with effects.
 """
 
 from __future__ import annotations
@@ -68,6 +73,11 @@ def _check_node_type(node_type: Any, origin: str) -> None:
         raise RegistryError(f"{origin}: Params must be a pydantic BaseModel subclass, got {params!r}")
     if not isinstance(node_type.retry, RetryPolicy) or not isinstance(node_type.durable, bool):
         raise RegistryError(f"{origin}: retry must be a RetryPolicy and durable a bool")
+    if not isinstance(node_type.pure, bool):
+        raise RegistryError(f"{origin}: pure must be a bool")
+    if node_type.pure and node_type.durable:
+        # A durable node sleeps, which a pure one may not: its time is not a function of its params.
+        raise RegistryError(f"{origin}: a pure node type cannot be durable (pure means no sleep and no effect)")
 
 
 def builtin_registry() -> NodeRegistry:

@@ -103,6 +103,19 @@ def load_flow_file(path: str | os.PathLike[str], registry: NodeRegistry | None =
         raise FlowValidationError([f"{path}: {problem}" for problem in exc.problems]) from None
 
 
+def read_flow_file(path: str | Path) -> dict[str, Any]:
+    """Parse a YAML or JSON flow file into its definition (validated later, as a whole)."""
+    try:
+        data = parse_text(Path(path).read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError) as err:
+        raise FlowValidationError([f"{path}: cannot read the flow: {err}"]) from None
+    except DocumentError as err:
+        raise FlowValidationError([f"{path}: {err}"]) from None
+    if not isinstance(data, dict):
+        raise FlowValidationError([f"{path}: a flow must be a mapping, got {type(data).__name__}"])
+    return data
+
+
 def validate_flow(flow: Flow, registry: NodeRegistry | None = None) -> None:
     """The semantic checks of load_flow, for a Flow built in code."""
     if problems := _check(FlowParts.of_flow(flow), registry if registry is not None else default_registry()):

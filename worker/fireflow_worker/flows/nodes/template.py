@@ -28,6 +28,7 @@ class TemplateParams(BaseModel):
 class TemplateNode(NodeType[TemplateParams]):
     name = "template"
     Params = TemplateParams
+    pure = True  # its param, as is
 
     def run(self, params: TemplateParams, ctx: NodeContext) -> str:
         return params.template

@@ -67,6 +67,7 @@ class TransformParams(BaseModel):
 class TransformNode(NodeType[TransformParams]):
     name = "transform"
     Params = TransformParams
+    pure = True  # closed, data-only operations: the same params always give the same value
 
     def run(self, params: TransformParams, ctx: NodeContext) -> Any:
         value = params.value
