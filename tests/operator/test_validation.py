@@ -131,7 +131,7 @@ def test_should_report_a_missing_secret_in_a_condition_keep_running_and_let_the_
     assert operator.process is not None and operator.process.poll() is None
     # No worker of it ever started, so no run can be its to hand back: the unreachable database does not hold it.
     CustomObjectsApi(kube_api).delete_namespaced_custom_object(GROUP, VERSION, kube_namespace, PLURAL, "pool")
-    wait_until("the pool gone", lambda: pool_gone(kube_api, kube_namespace), timeout=60)
+    wait_until("the pool gone", lambda: pool_gone(kube_api, kube_namespace))
 
 
 def test_should_exit_2_with_one_line_when_an_operator_setting_is_bad() -> None:
