@@ -13,6 +13,7 @@ import os
 import time
 import urllib.parse
 from pathlib import Path
+from typing import Any
 
 import psycopg
 from psycopg import errors as pg_errors
@@ -42,14 +43,21 @@ def required_version() -> int:
     return len(dbos_migrations())
 
 
-def current_version(database_url: str) -> int:
-    """The recorded DBOS schema version; 0 when the database, schema or table does not exist yet."""
+def _connect_unless_missing(database_url: str) -> psycopg.Connection[tuple[Any, ...]] | None:
+    """A connection to the database, or None when the database does not exist yet."""
     try:
-        conn = psycopg.connect(libpq_url(database_url), connect_timeout=10)
+        return psycopg.connect(libpq_url(database_url), connect_timeout=10)
     except psycopg.OperationalError as err:
         if "does not exist" in str(err):
-            return 0
+            return None
         raise
+
+
+def current_version(database_url: str) -> int:
+    """The recorded DBOS schema version; 0 when the database, schema or table does not exist yet."""
+    conn = _connect_unless_missing(database_url)
+    if conn is None:
+        return 0
     with conn:
         exists = conn.execute("SELECT to_regclass('dbos.dbos_migrations') IS NOT NULL").fetchone()
         if not exists or not exists[0]:
@@ -81,12 +89,9 @@ def plan(database_url: str) -> MigrationSummary:
 
 def _has_workflow_table(database_url: str) -> bool:
     """Whether DBOS's workflow table exists (an older DBOS keeps its version elsewhere, but has this table)."""
-    try:
-        conn = psycopg.connect(libpq_url(database_url), connect_timeout=10)
-    except psycopg.OperationalError as err:
-        if "does not exist" in str(err):
-            return False
-        raise
+    conn = _connect_unless_missing(database_url)
+    if conn is None:
+        return False
     with conn:
         row = conn.execute("SELECT to_regclass('dbos.workflow_status') IS NOT NULL").fetchone()
         return bool(row and row[0])

@@ -55,12 +55,6 @@ class KeptConnections:
             else:
                 conn.close()
 
-    def close_all(self) -> None:
-        with self._lock:
-            idle, self._idle = list(self._idle.values()), {}
-        for conn, _ in idle:
-            conn.close()
-
     def _take(self, key: tuple[str, int]) -> Connection | None:
         with self._lock:
             kept = self._idle.pop(key, None)
