@@ -275,7 +275,11 @@ def test_should_run_a_pool_as_its_own_service_account_under_the_policies_in_a_re
         assert CoreV1Api(kube_api).read_namespaced_secret("pool-connection", ns).type == "Opaque"
         CustomObjectsApi(kube_api).delete_namespaced_custom_object(GROUP, VERSION, ns, PLURAL, "pool")
         wait_until("the pool gone", lambda: _gone(kube_api, ns))
-        assert "Forbidden" not in operator.output() and "forbidden" not in operator.output()
+        # An earlier test's namespace may still be terminating, and a cluster-wide operator finishes its pool's
+        # deletion: its events there are refused for that reason, not for the operator's RBAC.
+        refused = [line for line in operator.output().splitlines()
+                   if "forbidden" in line.lower() and "NamespaceTerminating" not in line]  # fmt: skip
+        assert not refused, refused[:3]
     finally:
         operator.stop()
         print(operator.output()[-20_000:])
