@@ -39,15 +39,19 @@ class _Running:
 
 
 RUNNING = _Running()
+# Read at import: `main` validated the settings before importing this module.
+SETTINGS = load_settings()
+# A shard's pools only (FIREFLOW_OPERATOR_POOL_SELECTOR); kopf puts its finalizer on those alone.
+MINE = SETTINGS.pool_selector or None
 
 
 @kopf.on.startup()
 def configure(settings: kopf.OperatorSettings, **_: Any) -> None:
-    ours = load_settings()
+    ours = SETTINGS
     logging.getLogger().setLevel(ours.log_level)
     RUNNING.queue = PoolWorkQueue(ours, kubernetes_client())
     # Our finalizer's name says what it guards; kopf keeps its own bookkeeping out of status.
-    settings.persistence.finalizer = names.FINALIZER
+    settings.persistence.finalizer = names.pool_finalizer(ours.pool_selector)
     settings.persistence.progress_storage = kopf.AnnotationsProgressStorage(prefix="fireflow.persistent.ai")
     settings.persistence.diffbase_storage = DigestDiffBaseStorage(prefix="fireflow.persistent.ai")
     settings.posting.level = logging.INFO
@@ -67,19 +71,18 @@ def configure(settings: kopf.OperatorSettings, **_: Any) -> None:
 
 @kopf.on.event(GROUP, VERSION, PLURAL)
 async def pool_seen(body: kopf.Body, type: str | None, **_: Any) -> None:
-    # Every pool's latest version, for the budget's view of the fleet (pool_index.py); cheap, never blocks.
+    # Every pool's latest version, other shards' too, for the budget's view of the fleet (pool_index.py).
     RUNNING.queue.pool_index.observe(dict(body), deleted=type == "DELETED")
 
 
-@kopf.on.resume(GROUP, VERSION, PLURAL)
-@kopf.on.create(GROUP, VERSION, PLURAL)
-@kopf.on.update(GROUP, VERSION, PLURAL)
+@kopf.on.resume(GROUP, VERSION, PLURAL, labels=MINE)
+@kopf.on.create(GROUP, VERSION, PLURAL, labels=MINE)
+@kopf.on.update(GROUP, VERSION, PLURAL, labels=MINE)
 async def pool_changed(namespace: str | None, name: str, **_: Any) -> None:
     await RUNNING.queue.reconcile(str(namespace), name)
 
 
-# Read at import: `main` validated the settings before importing this module.
-@kopf.timer(GROUP, VERSION, PLURAL, interval=load_settings().resync_seconds, initial_delay=5.0)
+@kopf.timer(GROUP, VERSION, PLURAL, interval=SETTINGS.resync_seconds, initial_delay=5.0, labels=MINE)
 async def pool_resync(namespace: str | None, name: str, **_: Any) -> None:
     await RUNNING.queue.reconcile(str(namespace), name)
 
@@ -93,6 +96,6 @@ async def child_changed(namespace: str | None, labels: Mapping[str, str], **_: A
         await RUNNING.queue.reconcile(str(namespace), pool)
 
 
-@kopf.on.delete(GROUP, VERSION, PLURAL)
+@kopf.on.delete(GROUP, VERSION, PLURAL, labels=MINE)
 async def pool_deleted(body: kopf.Body, **_: Any) -> None:
     await RUNNING.queue.finalize(body)

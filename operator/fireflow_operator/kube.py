@@ -222,6 +222,30 @@ class Kube:
         patch = {"metadata": {"annotations": annotations}}
         self.custom.patch_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, name, patch)
 
+    def drop_other_pool_finalizers(self, namespace: str, name: str, mine: str) -> None:
+        """Remove the finalizers another shard's (or an unsharded) operator left on a pool whose runs this one
+        handed back, so a pool moved between shards is not kept forever by a finalizer no operator serves."""
+        try:
+            pool = cast(
+                dict[str, Any], self.custom.get_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, name)
+            )
+        except ApiException as err:
+            if err.status == 404:
+                return
+            raise
+        held = list(pool["metadata"].get("finalizers") or [])
+        kept = [f for f in held if f == mine or not names.is_pool_finalizer(f)]
+        if kept == held:
+            return
+        # A JSON patch tested against the list read: another writer's change in between makes it fail and retry.
+        patch = [
+            {"op": "test", "path": "/metadata/finalizers", "value": held},
+            {"op": "replace", "path": "/metadata/finalizers", "value": kept},
+        ]
+        self.custom.patch_namespaced_custom_object(
+            GROUP, VERSION, namespace, PLURAL, name, patch, _content_type="application/json-patch+json"
+        )
+
     def list_pod_names(self, namespace: str, selector: dict[str, str]) -> set[str]:
         label_selector = ",".join(f"{k}={v}" for k, v in selector.items())
         pods = self.core.list_namespaced_pod(namespace, label_selector=label_selector).items

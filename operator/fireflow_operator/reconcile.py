@@ -14,7 +14,7 @@ from typing import Any
 from kubernetes.client.exceptions import ApiException
 from pydantic import ValidationError
 
-from fireflow_operator.admission import policy, queue_settings
+from fireflow_operator.admission import policy, queue_settings, shards
 from fireflow_operator.api import conditions, names
 from fireflow_operator.api.model import parse_spec
 from fireflow_operator.api.pool_status import parse_status
@@ -123,6 +123,13 @@ class Reconciler:
             )
             draft.blocked(conditions.REASON_APPLICATION_CONFLICT, message)
             return
+        if self.settings.pool_selector:
+            refusal = shards.shard_conflict(
+                facts.server, facts.database, pools, self.settings.selects, self.settings.pool_selector
+            )
+            if refusal is not None:
+                draft.blocked(refusal.reason, refusal.message)
+                return
         mine = queue_settings.on_database(body, spec)
         refusal = queue_settings.conflict(mine, queue_settings.pools_on(facts.server, facts.database, pools, mine))
         if refusal is not None:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 from collections.abc import Mapping
 from typing import Annotated, Any, Literal
 
@@ -24,6 +25,24 @@ def _split(value: Any) -> Any:
     return value
 
 
+# A label's name (an optional DNS-subdomain prefix and a name of at most 63 characters) and its value.
+_LABEL_NAME = re.compile(r"^([a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?/)?[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?$")
+_LABEL_VALUE = re.compile(r"^([A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?)?$")
+
+
+def _labels(value: Any) -> Any:
+    """`key=value,key2=value2` as a mapping (equality only: what kopf's filters and a shard need)."""
+    if not isinstance(value, str):
+        return value
+    selector: dict[str, str] = {}
+    for part in (p.strip() for p in value.split(",") if p.strip()):
+        key, equals, label = (s.strip() for s in part.partition("="))
+        if not equals or not _LABEL_NAME.match(key) or not _LABEL_VALUE.match(label) or key in selector:
+            raise ValueError(f"{part!r} is not a label key=value (each key once, such as shard=a,team=payments)")
+        selector[key] = label
+    return selector
+
+
 def _json(value: Any) -> Any:
     if isinstance(value, str):
         try:
@@ -39,6 +58,11 @@ class OperatorSettings(BaseModel):
     # Namespaces whose pools this operator reconciles; empty = every namespace (cluster-wide RBAC needed).
     namespaces: Annotated[list[str], BeforeValidator(_split)] = Field(
         default_factory=list, alias="FIREFLOW_OPERATOR_NAMESPACES"
+    )
+    # Only pools with all these labels are reconciled (`key=value,...`; empty: every pool): operators on
+    # disjoint selectors shard a fleet. The budget still sees every pool; one database belongs to one shard.
+    pool_selector: Annotated[dict[str, str], BeforeValidator(_labels)] = Field(
+        default_factory=dict, alias="FIREFLOW_OPERATOR_POOL_SELECTOR"
     )
     # Where the operator's own metrics are served.
     metrics_host: str = Field("0.0.0.0", alias="FIREFLOW_OPERATOR_METRICS_HOST")  # noqa: S104 - scraped via the pod IP
@@ -96,6 +120,11 @@ class OperatorSettings(BaseModel):
                 "and lets go before another takes over"
             )
         return self
+
+    def selects(self, labels: Mapping[str, str] | None) -> bool:
+        """Whether a pool with these labels is this operator's to reconcile."""
+        have = labels or {}
+        return all(have.get(key) == value for key, value in self.pool_selector.items())
 
 
 def load_settings(environ: Mapping[str, str] | None = None) -> OperatorSettings:

@@ -16,7 +16,7 @@ import kopf
 from kubernetes import client, config
 
 from fireflow_contract import logformat, telemetry
-from fireflow_operator.api import conditions
+from fireflow_operator.api import conditions, names
 from fireflow_operator.api.model import GROUP, PLURAL, VERSION
 from fireflow_operator.finalizer import finalize, report_waiting
 from fireflow_operator.kube import Kube
@@ -61,6 +61,8 @@ class PoolWorkQueue:
         waiting = await asyncio.to_thread(finalize, self.kube, self.settings, dict(body))
         key = (str(body.metadata.namespace), str(body.metadata.name))
         if waiting is None:
+            mine = names.pool_finalizer(self.settings.pool_selector)
+            await asyncio.to_thread(self.kube.drop_other_pool_finalizers, *key, mine)
             self._forget(key)  # no child is left to trigger the reconcile that would find the pool gone
             return
         # Said where users look (the conditions, its series, and an event when that changes), then looked at again.
@@ -87,8 +89,8 @@ class PoolWorkQueue:
                     return
                 raise
             body: dict[str, Any] = fetched
-            if body["metadata"].get("deletionTimestamp"):
-                return
+            if body["metadata"].get("deletionTimestamp") or not self.settings.selects(body["metadata"].get("labels")):
+                return  # the finalizer's, or another shard's (its child's event reached every operator)
             try:
                 outcome = await asyncio.to_thread(self.reconciler.reconcile, body)
             except Exception as err:

@@ -184,7 +184,8 @@ def test_should_probe_kopf_liveness_endpoint_on_the_health_port(tmp_path: Path) 
 def test_should_default_every_setting_to_the_operators_own_default(tmp_path: Path) -> None:
     env = _env(render(tmp_path, {}, release=RELEASE))
     aliases = {info.alias for info in OperatorSettings.model_fields.values() if info.alias}
-    assert aliases - set(env) == {"FIREFLOW_OPERATOR_NAMESPACES"}, "cluster-wide mode leaves only this unset"
+    unset = {"FIREFLOW_OPERATOR_NAMESPACES", "FIREFLOW_OPERATOR_POOL_SELECTOR"}
+    assert aliases - set(env) == unset, "cluster-wide mode and every pool leave only these unset"
     election = {"leader_election_namespace": "fireflow-system", "lease_name": f"{RELEASE}-fireflow-operator-leader"}
     expected = load_settings({}).model_copy(update=election)
     assert load_settings(env) == expected, "the chart's defaults are the operator's defaults, and it always elects"
@@ -297,6 +298,14 @@ def test_should_grant_roles_only_in_watched_namespaces_when_watch_namespaces_is_
             {"kind": "ServiceAccount", "name": f"{RELEASE}-fireflow-operator", "namespace": "fireflow-system"}
         ]
     assert _env(objects)["FIREFLOW_OPERATOR_NAMESPACES"] == ",".join(watched)
+
+
+def test_should_hand_the_pool_selector_to_the_operator_as_labels(tmp_path: Path) -> None:
+    selector = {"shard": "a", "fireflow.example.com/team": "payments"}
+    env = _env(render(tmp_path, {"poolSelector": selector}, release=RELEASE))
+    assert load_settings(env).pool_selector == selector
+    with pytest.raises(HelmError, match="poolSelector"):
+        render(tmp_path, {"poolSelector": {"shard": "not a label value"}}, release=RELEASE)
 
 
 def test_should_use_the_given_account_and_no_rbac_when_both_come_from_elsewhere(tmp_path: Path) -> None:

@@ -102,6 +102,8 @@ def accepted(info: FieldInfo) -> str:
         return word
     if get_origin(kind) is list:
         return "comma-separated list"
+    if get_origin(kind) is dict:
+        return "comma-separated `key=value` labels"
     if isinstance(kind, type) and issubclass(kind, BaseModel):
         return "JSON object"
     shortest, longest = _bound(info, "min_length"), _bound(info, "max_length")
@@ -116,7 +118,7 @@ def default(info: FieldInfo) -> str:
         return "unset"
     if isinstance(value, bool):
         return code(str(value).lower())
-    if isinstance(value, list):
+    if isinstance(value, list | dict):
         return code(",".join(map(str, value))) if value else "empty"
     if isinstance(value, BaseModel):
         return code(json.dumps(value.model_dump(mode="json", by_alias=True, exclude_none=True), separators=(",", ":")))

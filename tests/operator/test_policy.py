@@ -10,10 +10,12 @@ from typing import Any
 import pytest
 from pydantic import ValidationError
 
-from fireflow_operator.admission import policy, queue_settings
+from fireflow_operator.admission import policy, queue_settings, shards
+from fireflow_operator.api import names
 from fireflow_operator.api.model import parse_spec
 from fireflow_operator.children.builders import Pool, build_statefulset
 from fireflow_operator.rollout import health
+from fireflow_operator.settings import SettingsError, load_settings
 
 BASE = {"image": "fireflow-worker:1", "database": {"secretRef": {"name": "db"}}}
 
@@ -132,6 +134,48 @@ def test_should_refuse_a_younger_pool_that_disagrees_on_a_shared_queue() -> None
     assert queue_settings.conflict(older, [younger]) is None  # the older pool's settings stand
     sandbox_only = queue_settings.PoolOnDatabase("c", "c", "2026-03-01T00:00:00Z", _spec(queues=["fireflow-sandbox"]))
     assert queue_settings.conflict(sandbox_only, [older]) is None  # no queue in common
+
+
+def test_should_read_a_pool_selector_as_labels_and_refuse_what_is_not_one() -> None:
+    sharded = load_settings({"FIREFLOW_OPERATOR_POOL_SELECTOR": " shard=a , example.com/team=payments"})
+    assert sharded.pool_selector == {"shard": "a", "example.com/team": "payments"}
+    assert sharded.selects({"shard": "a", "example.com/team": "payments", "other": "x"})
+    assert not sharded.selects({"shard": "b", "example.com/team": "payments"})
+    assert not sharded.selects(None)
+    assert load_settings({}).selects(None)  # no selector: every pool
+    # One finalizer per shard, each recognised as a pool's: kopf drops its own from pools it does not select.
+    shard_a, shard_b = names.pool_finalizer({"shard": "a"}), names.pool_finalizer({"shard": "b"})
+    assert names.pool_finalizer({}) == names.FINALIZER and shard_a != shard_b
+    assert shard_a == names.pool_finalizer({"shard": "a"}) and len(shard_a.split("/")[1]) <= 63
+    assert all(map(names.is_pool_finalizer, (names.FINALIZER, shard_a))) and not names.is_pool_finalizer("kopf/x")
+    for bad in ("shard", "shard=a,shard=b", "shard=zürich", "-x=a", "shard!=a"):
+        with pytest.raises(SettingsError, match="is not a label key=value"):
+            load_settings({"FIREFLOW_OPERATOR_POOL_SELECTOR": bad})
+
+
+def _pool_on(namespace: str, name: str, labels: dict[str, str], database: str) -> dict[str, Any]:
+    budget = {"server": "7300000000000000001", "database": database}
+    return {
+        "metadata": {"namespace": namespace, "name": name, "labels": labels},
+        "status": {"connectionBudget": budget},
+    }
+
+
+def test_should_refuse_a_database_shared_with_another_shards_pool() -> None:
+    sharded = load_settings({"FIREFLOW_OPERATOR_POOL_SELECTOR": "shard=a"})
+    mine = _pool_on("a", "mine", {"shard": "a"}, "app")
+    theirs = _pool_on("b", "theirs", {"shard": "b"}, "app")
+    elsewhere = _pool_on("c", "elsewhere", {"shard": "b"}, "other")
+    server = "7300000000000000001"
+    refusal = shards.shard_conflict(server, "app", [mine, theirs, elsewhere], sharded.selects, sharded.pool_selector)
+    assert refusal is not None and refusal.reason == "DatabaseSharedAcrossShards"
+    assert (
+        "pool b/theirs on this database" in refusal.message
+        and "FIREFLOW_OPERATOR_POOL_SELECTOR=shard=a" in refusal.message
+    )
+    assert shards.shard_conflict(server, "app", [mine, elsewhere], sharded.selects, sharded.pool_selector) is None
+    unreconciled = {"metadata": {"namespace": "b", "name": "new", "labels": {}}}  # no status yet: not on it
+    assert shards.shard_conflict(server, "app", [unreconciled], sharded.selects, sharded.pool_selector) is None
 
 
 def _pod(name: str, waiting: tuple[str, str] | None = None, unschedulable: str | None = None) -> Any:

@@ -16,6 +16,21 @@ LABEL_ONLINE = "fireflow.persistent.ai/online"  # on apply Jobs that run while t
 LABEL_DATABASE = "fireflow.persistent.ai/database"  # on apply Jobs: one at a time per database
 ANNOTATION_TARGET = "fireflow.persistent.ai/target"
 FINALIZER = "fireflow.persistent.ai/recover-runs"  # on pools and on their connection Secret copies
+
+
+def pool_finalizer(selector: dict[str, str]) -> str:
+    """The finalizer an operator puts on its pools: one per shard (FIREFLOW_OPERATOR_POOL_SELECTOR), since kopf
+    removes its finalizer from every pool its handlers do not select, and two shards sharing one would fight."""
+    if not selector:
+        return FINALIZER
+    canonical = ",".join(f"{key}={value}" for key, value in sorted(selector.items()))
+    return f"{FINALIZER}-{hashlib.sha256(canonical.encode()).hexdigest()[:10]}"
+
+
+def is_pool_finalizer(finalizer: str) -> bool:
+    return finalizer == FINALIZER or finalizer.startswith(f"{FINALIZER}-")
+
+
 # On a pool being deleted, once its finalizer handed every run back: a later call of the finalizer (kopf may
 # call it again) finds the work done instead of finding the connection copy gone.
 ANNOTATION_RUNS_HANDED_BACK = "fireflow.persistent.ai/runs-handed-back"
