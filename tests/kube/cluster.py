@@ -12,8 +12,10 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any
 
+import urllib3
+import yaml
 from kubernetes import config as kube_config
-from kubernetes.client import ApiClient, CoreV1Api
+from kubernetes.client import ApiClient, ApiextensionsV1Api, CoreV1Api
 from kubernetes.client.exceptions import ApiException
 
 from . import rawapi
@@ -37,6 +39,33 @@ def wait_for_service_account(core: CoreV1Api, namespace: str, name: str = "defau
             if error.status != 404 or time.monotonic() > deadline:
                 raise
         time.sleep(0.1)
+
+
+class KubectlError(subprocess.CalledProcessError):
+    """A failed kubectl call that says what kubectl printed (CalledProcessError's text leaves stderr out)."""
+
+    def __str__(self) -> str:
+        said = (self.stderr or self.stdout or "").strip()
+        return f"{super().__str__()}: {said[-2000:]}" if said else super().__str__()
+
+
+def wait_until_established(api: ApiextensionsV1Api, name: str, timeout: float) -> None:
+    """Poll a CRD until the API server serves it. A loaded control plane (three of them and kind on two cores in
+    CI) may answer an early read with an error or take its time; the failure names the last thing it said."""
+    deadline = time.monotonic() + timeout
+    last = "no answer yet"
+    while time.monotonic() < deadline:
+        try:
+            crd = rawapi.call(api.read_custom_resource_definition, name)
+        except (ApiException, urllib3.exceptions.HTTPError, OSError) as error:  # refused, timed out, reset
+            last = f"reading it failed: {getattr(error, 'reason', None) or error}"
+        else:
+            conditions = {c["type"]: c for c in crd.get("status", {}).get("conditions", [])}
+            if conditions.get("Established", {}).get("status") == "True":
+                return
+            last = "; ".join(f"{t}={c['status']} ({c.get('message', '')})" for t, c in conditions.items()) or "none"
+        time.sleep(0.5)
+    raise TimeoutError(f"CRD {name} not Established after {timeout:.0f} s; its last conditions: {last}")
 
 
 class LogFollower(ABC):
@@ -93,16 +122,20 @@ class Cluster(ABC):
 
     def kubectl(self, *args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
         env = {**os.environ, "KUBECONFIG": str(self.kubeconfig)}
-        return subprocess.run(
-            [str(kubectl_path()), *args], env=env, capture_output=True, text=True, check=check, timeout=300
+        result = subprocess.run(
+            [str(kubectl_path()), *args], env=env, capture_output=True, text=True, check=False, timeout=300
         )
+        if check and result.returncode:
+            raise KubectlError(result.returncode, result.args, result.stdout, result.stderr)
+        return result
 
-    def apply_crds(self, crd_dir: Path = REPO_ROOT / "crds") -> list[Path]:
+    def apply_crds(self, crd_dir: Path = REPO_ROOT / "crds", timeout: float = 300.0) -> list[Path]:
         """Apply every CRD manifest in `crd_dir` and wait until each is Established."""
         files = sorted(p for p in crd_dir.glob("*.y*ml") if p.suffix in (".yaml", ".yml")) if crd_dir.is_dir() else []
         for path in files:
             self.kubectl("apply", "--server-side", "--force-conflicts", "-f", str(path))
-            self.kubectl("wait", "--for=condition=Established", "--timeout=120s", "-f", str(path))
+            for crd in yaml.safe_load_all(path.read_text()):
+                wait_until_established(ApiextensionsV1Api(self.api), crd["metadata"]["name"], timeout)
         return files
 
     def namespace_report(self, namespace: str) -> str:
