@@ -33,8 +33,11 @@ FLOW_REF = "flow_ref"
 INPUTS = "inputs"
 QUEUE = "queue"
 EVENTS = "events"
+# The event details a request may ask for; without `events`, a run of these queues is `live`, others `steps`.
 STEPS_DETAIL = "steps"
 LIVE_DETAIL = "live"
+EVENT_DETAILS = (STEPS_DETAIL, LIVE_DETAIL)
+LIVE_BY_DEFAULT_QUEUES = (queues.SANDBOX,)
 # The enqueuer's W3C Trace Context (https://www.w3.org/TR/trace-context/), optional: the run's spans continue
 # that trace (telemetry.py).
 TRACEPARENT = "traceparent"
@@ -120,6 +123,16 @@ def build_request(
     if problems:
         raise ValueError("invalid run request: " + "; ".join(problems))
     return request
+
+
+def event_detail(request: Any) -> str:
+    """The run's event detail: its request's choice, else its queue's default."""
+    if not isinstance(request, dict):
+        return STEPS_DETAIL
+    chosen = request.get(EVENTS)
+    if chosen in EVENT_DETAILS:
+        return str(chosen)
+    return LIVE_DETAIL if request.get(QUEUE) in LIVE_BY_DEFAULT_QUEUES else STEPS_DETAIL
 
 
 def portable_arguments(request: Any) -> str:

@@ -19,7 +19,7 @@ from fireflow_contract import queues, run_request, telemetry
 from fireflow_contract.run_request import EVENTS_STREAM, TERMINAL_STATUSES, WORKFLOW_NAME
 from fireflow_worker.flow_store import FlowNotFoundError, load_flow_definition, save_flow
 from fireflow_worker.flows.validate import FlowValidationError, load_flow, validate_run_inputs
-from fireflow_worker.run_events import EVENT_DETAILS, LIVE, Deriver, Step, event_detail
+from fireflow_worker.run_events import Deriver, Step
 
 # How often a follower of a run without live events reads its records (two indexed reads each time).
 DERIVED_POLL_SECONDS = 0.1
@@ -104,8 +104,8 @@ class FireflowClient:
         """
         if (flow is None) == (flow_ref is None):
             raise ValueError("give exactly one of flow and flow_ref")
-        if events is not None and events not in EVENT_DETAILS:
-            raise ValueError(f"unknown event detail {events!r}; known: {', '.join(EVENT_DETAILS)}")
+        if events is not None and events not in run_request.EVENT_DETAILS:
+            raise ValueError(f"unknown event detail {events!r}; known: {', '.join(run_request.EVENT_DETAILS)}")
         if queue not in queues.ALL_QUEUES:
             raise ValueError(f"unknown queue {queue!r}; known: {', '.join(queues.ALL_QUEUES)}")
         if flow_ref is not None:
@@ -147,7 +147,7 @@ class FireflowClient:
         (DBOSStreamTimeoutError).
         """
         request = self._request(run_id)
-        if event_detail(request) == LIVE:
+        if run_request.event_detail(request) == run_request.LIVE_DETAIL:
             yield from self._dbos.read_stream(run_id, EVENTS_STREAM, timeout_seconds=timeout_seconds)
             return
         deriver = Deriver(request)
@@ -271,5 +271,5 @@ class FireflowClient:
     def _queue_of(self, run_id: str) -> str:
         """The queue the run was enqueued on (its request says; DBOS clears it when a run ends)."""
         request = self._request(run_id)
-        queue = request.get("queue") if isinstance(request, dict) else None
+        queue = request.get(run_request.QUEUE) if isinstance(request, dict) else None
         return str(queue) if queue in queues.ALL_QUEUES else queues.EXECUTIONS
