@@ -128,7 +128,7 @@ def test_should_build_every_event_with_event_first_and_at_ms_last() -> None:
         events.run_failed("node 'hello' failed", 9),
     ]
     assert [event["event"] for event in built] == list(events.EVENT_NAMES)
-    assert all(list(event)[0] == "event" and list(event)[-1] == "at_ms" for event in built)
+    assert all(next(iter(event)) == "event" and list(event)[-1] == "at_ms" for event in built)
 
 
 # The names a caller in another language must write exactly as the contract does.
