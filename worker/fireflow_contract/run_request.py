@@ -43,15 +43,14 @@ LIVE_BY_DEFAULT_QUEUES = (queues.SANDBOX,)
 TRACEPARENT = "traceparent"
 TRACESTATE = "tracestate"
 
-# DBOS's names of the encodings in `workflow_status.serialization`. The worker writes portable JSON; it reads
-# portable JSON and DBOS-py's pickle, and decodes the TypeScript SDK's own encoding (superjson, and the legacy
-# JSON before it) into portable JSON when it claims such a run.
+# DBOS's names of the encodings in `workflow_status.serialization`. The worker reads and writes portable JSON;
+# it decodes DBOS-py's pickle and the TypeScript SDK's own encoding (superjson, and the legacy JSON before it)
+# into portable JSON when it claims such a run, so that its result, error and events are portable too.
 PORTABLE_JSON = "portable_json"
 PY_PICKLE = "py_pickle"
 JS_SUPERJSON = "js_superjson"
 JS_LEGACY = "js_legacy"
-READABLE_ENCODINGS = (PORTABLE_JSON, PY_PICKLE)
-DECODED_ENCODINGS = (JS_SUPERJSON, JS_LEGACY)
+DECODED_ENCODINGS = (PY_PICKLE, JS_SUPERJSON, JS_LEGACY)
 
 # The `name` of every run error in its portable form {"name", "message", "code", "data"}.
 RUN_ERROR_NAME = "RunFailedError"
@@ -138,6 +137,13 @@ def event_detail(request: Any) -> str:
 def portable_arguments(request: Any) -> str:
     """The workflow's input as DBOS's portable JSON encoding stores it (`workflow_status.inputs`)."""
     return json.dumps({"positionalArgs": [request], "namedArgs": {}}, separators=(",", ":"), ensure_ascii=False)
+
+
+def unreadable_arguments(encoding: str, stored: str | None) -> str:
+    """The input of a run ended at claim because its request could not be read, in portable JSON: one argument
+    `{"encoding", "stored"}` holding the encoding it was sent in and its stored text, so that a portable reader
+    lists the run and nothing of what was sent is lost."""
+    return portable_arguments({"encoding": encoding, "stored": stored})
 
 
 def portable_error(message: str) -> str:

@@ -12,6 +12,7 @@ carry the worker's `application_name`.
 
 from __future__ import annotations
 
+import importlib.metadata
 import logging
 import math
 import os
@@ -285,8 +286,14 @@ def _launch(config: WorkerConfig) -> DBOS:
     watcher = CancelWatcher(lambda run_ids: worker_db.cancelled_among(_sys_engine(dbos), run_ids))
     engine.SETTINGS.cancel_watcher = watcher
     engine.register_workflow(config.max_recovery_attempts)
-    # Runs in an encoding DBOS cannot read are decoded or ended ERROR when claimed, by DBOS's queue thread too.
-    dbos_internals.route_queue_thread_dispatch(run_encodings.execute_claimed)
+    # Runs in an encoding other than portable JSON are made portable or ended ERROR when claimed, by DBOS's
+    # queue thread too (it claims resumed runs): without that, such a run could stay PENDING for ever.
+    if not dbos_internals.route_queue_thread_dispatch(run_encodings.execute_claimed):
+        raise StartupError(
+            f"the installed dbos {importlib.metadata.version('dbos')} has no dispatch of its queue thread the worker "
+            "can route (dbos._queue.execute_dequeued_workflow), so a resumed run enqueued by another SDK could stay "
+            "PENDING for ever; install the dbos version this fireflow-pool release pins"
+        )
     # Claiming on notification, the worker claims its queues itself; DBOS polls none of them.
     DBOS.listen_queues([] if config.listens_for_work else config.queues)
     try:
