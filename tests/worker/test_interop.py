@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import os
 import subprocess
 from collections.abc import Callable
 from datetime import UTC, datetime
@@ -24,7 +25,7 @@ from fireflow_contract import queues, run_request
 from fireflow_worker.client import FireflowClient
 from tests.worker import flows
 from tests.worker.proc import WorkerProcess, wait_for
-from tests.worker.typescript import REPO_ROOT, SDKS, TypeScriptCaller
+from tests.worker.typescript import INSTALL, REPO_ROOT, SDKS, TypeScriptCaller, installed_modules
 
 StartWorker = Callable[..., WorkerProcess]
 SDK_IDS = [f"ts-{version}" for version in SDKS.values()]
@@ -403,3 +404,25 @@ def test_should_enqueue_in_portable_json_with_this_package_s_client(
     assert _status(migrated_url, run_id) == ("ENQUEUED", "portable_json")
     start_worker()
     assert client.result(run_id, timeout_seconds=60) == {"hello": "Hello Ada"}
+
+
+def test_should_install_the_sdks_once_when_three_processes_start_on_a_cold_cache(tmp_path: Path) -> None:
+    # A cold install directory; npm's own cache is the warm one of this machine (no download, as in CI's second run).
+    warm_npm_cache = installed_modules().parents[1] / "cache"
+    (tmp_path / "npm").mkdir()
+    (tmp_path / "npm" / "cache").symlink_to(warm_npm_cache)
+    env = {**os.environ, "FIREFLOW_CACHE_DIR": str(tmp_path)}
+    installers = [
+        subprocess.Popen(["bash", str(INSTALL)], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        for _ in range(3)
+    ]
+    done = [installer.communicate(timeout=600) for installer in installers]
+    assert [installer.returncode for installer in installers] == [0, 0, 0], [err for _, err in done]
+    printed = {out.strip().splitlines()[-1] for out, _ in done}
+    assert len(printed) == 1
+    assert sum(err.count("npm ci of") for _, err in done) == 1  # one installed, the others waited for it
+    dest = Path(printed.pop())
+    assert (dest / ".installed").is_file()
+    for module, version in SDKS.items():
+        assert json.loads((dest / "node_modules" / module / "package.json").read_text())["version"] == version
+    assert sorted(path.name for path in (tmp_path / "npm").iterdir()) == ["cache", dest.name]  # no work dir left
