@@ -27,6 +27,7 @@ import math
 import random
 import statistics
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -108,9 +109,19 @@ class ClaimLatency:
 
 
 def throughput(
-    bench: Bench, kind: Kind, flow: str, pods: int, processes: int, runs: int, concurrency: int = WORKER_CONCURRENCY
+    bench: Bench,
+    kind: Kind,
+    flow: str,
+    pods: int,
+    processes: int,
+    runs: int,
+    concurrency: int = WORKER_CONCURRENCY,
+    prepare: Callable[[str], None] | None = None,
 ) -> Throughput:
+    """`prepare`: called with the fresh database's URL before anything is enqueued (a variant of its schema)."""
     url = bench.databases.fresh(f"tp{slug(flow)}{pods}x{processes}_{kind}", kind)
+    if prepare is not None:
+        prepare(url)
     server_pid = postmaster_pid(bench.databases.server.data_dir)
     client = enqueuer(kind, url, flow)
     try:
