@@ -79,6 +79,7 @@ SIGNATURES: dict[str, str] = {
     "dbos._migration.run_dbos_migrations": (
         "(engine: sqlalchemy.engine.base.Engine, schema: str, use_listen_notify: bool) -> None"
     ),
+    "dbos._migration.ensure_dbos_schema": "(engine: sqlalchemy.engine.base.Engine, schema: str) -> None",
     # run_encodings reads a pickled run request with it (dbos_internals.pickled_arguments).
     "dbos._serialization.deserialize_args": (
         "(serialized_value: 'str', serialization: 'Optional[str]', serializer: 'Serializer') -> 'WorkflowInputs'"
