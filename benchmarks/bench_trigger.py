@@ -6,11 +6,11 @@ round after round so that machine noise hits both alike.
     .venv/bin/python -m benchmarks.bench_trigger [--runs 800] [--repeat 5] [--flow 1-node]
 
 A first drain, not counted, warms the server and the worker's imports up (the first drain of a run is much
-slower whichever variant it is). Per variant, summed over the rounds: the time PostgreSQL spent in the
-statement with which DBOS-py ends a run (its status UPDATE and output upsert in one statement, the trigger's
-UPDATE running inside it), from `pg_stat_statements`; the drain's runs/s (measure.throughput: one pod of one
-process); statements and commits per run. Each with its ratio, with / without. Progress goes to stderr, the
-markdown table to stdout.
+slower whichever variant it is). Per variant, the median over its drains (a drain stalled by a neighbour of
+a shared machine moves a mean, not a median) of: the time PostgreSQL spent in the statement with which DBOS-py
+ends a run (its status UPDATE and output upsert in one statement, the trigger's UPDATE running inside it),
+from `pg_stat_statements`; the drain's runs/s (measure.throughput: one pod of one process); statements and
+commits per run. Each with its ratio, with / without. Progress goes to stderr, the markdown table to stdout.
 """
 
 from __future__ import annotations
@@ -18,6 +18,7 @@ from __future__ import annotations
 import argparse
 import os
 import shutil
+import statistics
 import sys
 import tempfile
 import time
@@ -38,20 +39,13 @@ OUTCOME_STATEMENT = "%INSERT INTO dbos.workflow_output%"
 
 
 @dataclass
-class Totals:
-    """One variant's measurements, summed over the rounds."""
+class Drains:
+    """One variant's drains, one value per drain of each measure."""
 
-    runs: int = 0
-    seconds: float = 0.0
-    statements: int = 0
-    commits: int = 0
-    outcome_calls: int = 0
-    outcome_ms: float = 0.0
-    drains: list[float] = field(default_factory=list)
-
-    @property
-    def outcome_ms_per_run_end(self) -> float:
-        return self.outcome_ms / max(1, self.outcome_calls)
+    outcome_ms: list[float] = field(default_factory=list)  # DBOS's outcome statement, mean ms per run end
+    runs_per_second: list[float] = field(default_factory=list)
+    statements_per_run: list[float] = field(default_factory=list)
+    commits_per_run: list[float] = field(default_factory=list)
 
 
 def _say(message: str) -> None:
@@ -77,8 +71,8 @@ def _outcome_time(databases: Databases, url: str) -> tuple[int, float]:
     return int(row[0]), float(row[1])
 
 
-def _round(bench: measure.Bench, totals: dict[str, Totals] | None, variant: str, flow: str, runs: int) -> None:
-    """One drain of `variant`, added to `totals` (None: a warm-up, not counted)."""
+def _round(bench: measure.Bench, drains: dict[str, Drains] | None, variant: str, flow: str, runs: int) -> None:
+    """One drain of `variant`, added to `drains` (None: a warm-up, not counted)."""
     made: list[str] = []
 
     def prepare(url: str) -> None:
@@ -90,34 +84,36 @@ def _round(bench: measure.Bench, totals: dict[str, Totals] | None, variant: str,
     calls, ms = _outcome_time(bench.databases, made[0])
     if calls < runs:
         raise SystemExit(f"{variant}: DBOS's outcome statement ran {calls} times for {runs} runs: not found")
-    if totals is None:
+    if drains is None:
         _say(f"warm-up drain: {t.runs_per_second:.1f} runs/s (not counted)")
         return
-    total = totals[variant]
-    total.runs += t.runs
-    total.seconds += t.seconds
-    total.statements += t.load.statements
-    total.commits += t.load.commits
-    total.outcome_calls += calls
-    total.outcome_ms += ms
-    total.drains.append(t.runs_per_second)
+    drain = drains[variant]
+    drain.outcome_ms.append(ms / calls)
+    drain.runs_per_second.append(t.runs_per_second)
+    drain.statements_per_run.append(t.load.statements / t.runs)
+    drain.commits_per_run.append(t.load.commits / t.runs)
     _say(
         f"{variant}: {t.runs_per_second:.1f} runs/s, outcome statement {ms / calls:.3f} ms, "
         f"{t.load.statements / t.runs:.1f} statements/run (load {report.load_average()})"
     )
 
 
-def _table(totals: dict[str, Totals]) -> list[str]:
-    on, off = totals[VARIANTS[0]], totals[VARIANTS[1]]
+def _table(drains: dict[str, Drains]) -> list[str]:
+    on, off = drains[VARIANTS[0]], drains[VARIANTS[1]]
     rows = [
-        ("DBOS's outcome statement, mean ms per run end", on.outcome_ms_per_run_end, off.outcome_ms_per_run_end, 3),
-        ("drain, runs/s", on.runs / on.seconds, off.runs / off.seconds, 1),
-        ("statements per run", on.statements / on.runs, off.statements / off.runs, 2),
-        ("commits per run", on.commits / on.runs, off.commits / off.runs, 2),
+        ("DBOS's outcome statement, ms per run end", on.outcome_ms, off.outcome_ms, 3),
+        ("drain, runs/s", on.runs_per_second, off.runs_per_second, 1),
+        ("statements per run", on.statements_per_run, off.statements_per_run, 2),
+        ("commits per run", on.commits_per_run, off.commits_per_run, 2),
     ]
-    lines = ["| measure | with the trigger | without | ratio |", "|---|---:|---:|---:|"]
+    lines = [
+        "| median over the drains | with the trigger | without | ratio | each drain, with / without |",
+        "|---|---:|---:|---:|---|",
+    ]
     for name, with_, without, digits in rows:
-        lines.append(f"| {name} | {with_:.{digits}f} | {without:.{digits}f} | {with_ / without:.3f} |")
+        each = f"{', '.join(f'{v:.{digits}f}' for v in with_)} / {', '.join(f'{v:.{digits}f}' for v in without)}"
+        a, b = statistics.median(with_), statistics.median(without)
+        lines.append(f"| {name} | {a:.{digits}f} | {b:.{digits}f} | {a / b:.3f} | {each} |")
     return lines
 
 
@@ -132,7 +128,7 @@ def main(argv: list[str] | None = None) -> int:
     server, origin = _server()
     _say(f"starting PostgreSQL ({origin}) on 127.0.0.1; worker logs in {log_dir}; load {report.load_average()}")
     server.start()
-    totals = {variant: Totals() for variant in VARIANTS}
+    drains = {variant: Drains() for variant in VARIANTS}
     ok = False
     try:
         machine = report.machine(server.url(), origin, "-")
@@ -143,7 +139,7 @@ def main(argv: list[str] | None = None) -> int:
         for round_ in range(max(1, args.repeat)):
             order = VARIANTS if round_ % 2 == 0 else VARIANTS[::-1]
             for variant in order:
-                _round(bench, totals, variant, args.flow, max(1, args.runs))
+                _round(bench, drains, variant, args.flow, max(1, args.runs))
         machine.append(("load average 1/5/15 min, at end", report.load_average()))
         ok = True
     finally:
@@ -155,9 +151,7 @@ def main(argv: list[str] | None = None) -> int:
     command = " ".join([".venv/bin/python -m benchmarks.bench_trigger", *(sys.argv[1:] if argv is None else argv)])
     print(f"## The cost of the workflow_output trigger\n\n`{command}`: {time.monotonic() - started:.0f} s\n")
     print("\n".join(report.machine_table(machine)), end="\n\n")
-    print("\n".join(_table(totals)))
-    drains = {variant: ", ".join(f"{rate:.1f}" for rate in totals[variant].drains) for variant in VARIANTS}
-    print(f"\nEach drain's runs/s: with the trigger {drains[VARIANTS[0]]}; without {drains[VARIANTS[1]]}.")
+    print("\n".join(_table(drains)))
     return 0
 
 
