@@ -154,6 +154,10 @@ class PyEnqueuer:
         }
         if held:
             options["app_version"] = HELD_VERSION
+        if fireflow:  # as FireflowClient enqueues: a run in another encoding is rewritten when claimed
+            from dbos import WorkflowSerializationFormat  # noqa: PLC0415
+
+            options["serialization_type"] = WorkflowSerializationFormat.PORTABLE
         request: dict[str, Any] = (
             {"flow": FLOWS[self._flow], "inputs": {"who": who}, "queue": QUEUE}
             if fireflow
