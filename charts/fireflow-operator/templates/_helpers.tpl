@@ -155,6 +155,11 @@ Checks across values that values.schema.json cannot express; each fails with one
 {{- if and (not .Values.serviceAccount.create) (not .Values.serviceAccount.name) }}
 {{- fail "serviceAccount.create=false needs serviceAccount.name: the operator's rules would otherwise be bound to the namespace's default ServiceAccount, and every pod there would get them" }}
 {{- end }}
+{{- range $key, $_ := .Values.podAnnotations }}
+{{- if regexMatch "^(container\\.)?(apparmor|seccomp)\\.security\\.(alpha|beta)\\.kubernetes\\.io/" $key }}
+{{- fail (printf "podAnnotations may not set %s: choose AppArmor and seccomp profiles with appArmorProfile and seccompProfile in securityContext or podSecurityContext (the restricted Pod Security Standard allows RuntimeDefault and Localhost)" $key) }}
+{{- end }}
+{{- end }}
 {{- if eq .Values.serviceAccount.name "default" }}
 {{- fail "serviceAccount.name may not be default: the operator's rules would be bound to the namespace's default ServiceAccount, and every pod there would get them; name an account of its own" }}
 {{- end }}
