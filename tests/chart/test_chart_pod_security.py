@@ -80,6 +80,10 @@ def _candidates() -> list[tuple[str, Json]]:
     ):
         found += [(f"{key}={override}", {key: override}) for override in overrides]
     found.append(("both, widened within the profile", {"securityContext": CONTAINER[1], "podSecurityContext": POD[2]}))
+    no_ids = {"runAsUser": None, "runAsGroup": None}  # OpenShift's restricted SCC assigns the uid itself
+    found.append(
+        ("uids left to the platform", {"securityContext": no_ids, "podSecurityContext": {**no_ids, "fsGroup": None}})
+    )
     return found
 
 
