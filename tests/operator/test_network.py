@@ -9,7 +9,7 @@ import json
 from typing import Any
 
 import pytest
-from kubernetes.client import ApiClient, AppsV1Api, CustomObjectsApi, NetworkingV1Api
+from kubernetes.client import ApiClient, AppsV1Api, CoreV1Api, CustomObjectsApi, NetworkingV1Api
 from kubernetes.client.exceptions import ApiException
 
 from fireflow_operator.api.model import GROUP, PLURAL, VERSION
@@ -69,7 +69,7 @@ def test_should_keep_the_pools_network_policy_as_its_spec_says(
     # Switched off, it goes; nothing else of the pool does.
     _patch_pool(kube_api, ns, {"networkPolicy": {"enabled": False}})
     wait_until("the NetworkPolicy deleted", lambda: _policy(kube_api, ns) is None)
-    assert AppsV1Api(kube_api).list_namespaced_stateful_set(ns).items
+    assert rawapi.call(CoreV1Api(kube_api).read_namespaced_service, "pool-workers", ns)["spec"]["clusterIP"] == "None"
     assert not rawapi.call(NetworkingV1Api(kube_api).list_namespaced_network_policy, ns)["items"]
 
 
