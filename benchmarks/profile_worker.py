@@ -130,9 +130,10 @@ class Stack:
 
 
 def read_stacks(path: Path) -> list[Stack]:
-    """py-spy's raw output with --threads: `thread (tid): name;frame;frame... count` per line."""
+    """py-spy's raw output with --threads: `thread (tid): name;frame;frame... count` per line. Sampling without
+    pausing the process (`--nonblocking`) may read a name half-written: its bytes are replaced."""
     stacks = []
-    for line in path.read_text().splitlines():
+    for line in path.read_text(errors="replace").splitlines():
         body, _, count = line.rpartition(" ")
         if not body or not count.isdigit():
             continue
