@@ -8,14 +8,13 @@ same rules are checked here too, for objects that predate a CRD upgrade.
 
 from __future__ import annotations
 
-import math
 from enum import StrEnum
 from typing import Annotated, Any
 
 from pydantic import ConfigDict, Field, model_validator
 
 from fireflow_contract import queues, worker_variables
-from fireflow_contract.executor_ids import MAX_PROCESSES
+from fireflow_contract.executor_ids import processes_for_cpu_limit
 from fireflow_operator.api.k8s_types import (
     DNS_SUBDOMAIN,
     ContainerSecurityContext,
@@ -362,7 +361,7 @@ def worker_processes(spec: PoolSpec) -> int:
     if spec.dbos.worker_processes is not None:
         return spec.dbos.worker_processes
     limit = (spec.resources.limits or {}).get("cpu") if spec.resources is not None else None
-    return max(1, min(MAX_PROCESSES, math.ceil(cpu_cores(limit)))) if limit is not None else 1
+    return processes_for_cpu_limit(cpu_cores(limit) if limit is not None else None)
 
 
 def parse_spec(spec: dict[str, Any]) -> PoolSpec:
