@@ -55,6 +55,8 @@ OTHER_PROGRAMS = frozenset(
 )
 # Whole families of other programs' settings: the operator's and the test harness's.
 OTHER_PREFIXES = ("FIREFLOW_OPERATOR_", "FIREFLOW_TEST_")
+
+
 def unknown_variable_warnings(environ: Mapping[str, str], read: Iterable[str]) -> list[str]:
     """One line per unknown variable of the worker's families in `environ`; `read`: the names the worker reads."""
     readable = set(read) | set(worker_variables.RESERVED) | WORKER_ELSEWHERE
