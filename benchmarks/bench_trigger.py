@@ -28,7 +28,7 @@ from pathlib import Path
 import psycopg
 
 from benchmarks import measure, report
-from benchmarks.bench_worker import _server
+from benchmarks.bench_worker import bench_server
 from benchmarks.database import Databases
 from benchmarks.workload import FLOW_NAMES
 
@@ -125,7 +125,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     log_dir = Path(tempfile.mkdtemp(prefix="fireflow-bench-trigger-"))
     started = time.monotonic()
-    server, origin = _server()
+    server, origin = bench_server()
     _say(f"starting PostgreSQL ({origin}) on 127.0.0.1; worker logs in {log_dir}; load {report.load_average()}")
     server.start()
     drains = {variant: Drains() for variant in VARIANTS}

@@ -75,6 +75,14 @@ class ImagePullPolicy(StrEnum):
     NEVER = "Never"
 
 
+class BindAddress(StrEnum):
+    """Where the workers' endpoint listens. Only the wildcards: the kubelet probes the pod's own IP, which is
+    not known before the pod exists, and a loopback address would fail every probe."""
+
+    IPV4 = "0.0.0.0"  # noqa: S104 - every IPv4 address of the pod, which the kubelet's probes reach
+    ANY = "::"  # every address: IPv6, and IPv4 too where the node's kernel maps it (the Linux default)
+
+
 class LogLevel(StrEnum):
     DEBUG = "debug"
     INFO = "info"
@@ -291,6 +299,11 @@ class PoolSpec(_Model):
     network_policy: NetworkPolicySpec = Field(
         default_factory=lambda: NetworkPolicySpec.model_validate({}),
         description="An optional NetworkPolicy of the pool's pods.",
+    )
+    bind_address: BindAddress = Field(
+        BindAddress.IPV4,
+        description="Address the workers' health and metrics endpoint (/healthz, /readyz, /metrics on port 8080) "
+        "binds to: 0.0.0.0 (every IPv4 address) or :: (every address, for IPv6 and dual-stack clusters).",
     )
     resources: ResourceRequirements | None = Field(
         None,
