@@ -29,7 +29,7 @@ def test_should_quote_the_typescript_caller_s_own_lines() -> None:
         assert textwrap.dedent(block) in CALLER.read_text(), f"not fireflow-run.js's own lines:\n{block}"
 
 
-def test_should_document_every_event_with_the_fields_it_has() -> None:
+def test_should_document_every_event_with_the_fields_it_has_event_first_and_at_ms_last() -> None:
     rows = re.findall(r"^\| `([a-z.]+)` \| (.*) \|$", _section("Events"), re.MULTILINE)
     built = [
         events.run_started("f", 0),
@@ -39,6 +39,8 @@ def test_should_document_every_event_with_the_fields_it_has() -> None:
         events.run_finished(0),
         events.run_failed("e", 0),
     ]
+    assert [event[events.EVENT] for event in built] == list(events.EVENT_NAMES)
+    assert all(next(iter(event)) == events.EVENT and list(event)[-1] == events.AT_MS for event in built)
     documented = {name: re.findall(r"`([a-z_]+)`", fields) for name, fields in rows}
     assert documented == {
         event[events.EVENT]: [key for key in event if key not in (events.EVENT, events.AT_MS)] for event in built

@@ -118,19 +118,6 @@ def test_should_choose_the_event_detail_by_request_then_by_queue() -> None:
     assert run_request.LIVE_BY_DEFAULT_QUEUES == (queues.SANDBOX,)
 
 
-def test_should_build_every_event_with_event_first_and_at_ms_last() -> None:
-    built = [
-        events.run_started("greet", 1),
-        events.node_started("hello", "template", 1, 2),
-        events.node_finished("hello", 1, 5, 7),
-        events.node_failed("hello", 2, "boom", 5, 8),
-        events.run_finished(9),
-        events.run_failed("node 'hello' failed", 9),
-    ]
-    assert [event["event"] for event in built] == list(events.EVENT_NAMES)
-    assert all(next(iter(event)) == "event" and list(event)[-1] == "at_ms" for event in built)
-
-
 # The names a caller in another language must write exactly as the contract does.
 CONTRACT_NAMES = {run_request.WORKFLOW_NAME, run_request.TERMINAL_CHANNEL, *events.EVENT_NAMES}
 

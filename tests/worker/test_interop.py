@@ -11,7 +11,7 @@ import importlib.util
 import json
 import os
 import subprocess
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from datetime import UTC, datetime
 from pathlib import Path
 from types import ModuleType
@@ -107,6 +107,14 @@ def _metrics(worker: WorkerProcess) -> str:
     return worker.get("/metrics")[1]
 
 
+@pytest.fixture
+def dbos_py(migrated_url: str) -> Iterator[DBOSClient]:
+    """DBOS-py's own DBOSClient, connected as examples/interop/python_client.py connects."""
+    dbos_client: DBOSClient = _python_example().connect(migrated_url)
+    yield dbos_client
+    dbos_client.destroy()
+
+
 @pytest.fixture(params=list(SDKS), ids=SDK_IDS)
 def typescript(request: pytest.FixtureRequest, migrated_url: str) -> TypeScriptCaller:
     return TypeScriptCaller(migrated_url, str(request.param))
@@ -163,6 +171,7 @@ def test_should_end_a_run_it_cannot_read_as_error_never_pending(
     message: str,
     start_worker: StartWorker,
     client: FireflowClient,
+    dbos_py: DBOSClient,
     migrated_url: str,
 ) -> None:
     worker = start_worker()
@@ -183,11 +192,7 @@ def test_should_end_a_run_it_cannot_read_as_error_never_pending(
     assert listed["status"] == "ERROR"
     (sent,) = listed["input"]
     assert sent["encoding"] == label and "greet" in sent["stored"]
-    dbos_client = _python_example().connect(migrated_url)
-    try:
-        (row,) = dbos_client.list_workflows(workflow_ids=[run_id], load_input=True)
-    finally:
-        dbos_client.destroy()
+    (row,) = dbos_py.list_workflows(workflow_ids=[run_id], load_input=True)
     assert row.input is not None and list(row.input["args"]) == [sent]
     # The worker goes on: the next run (portable) succeeds.
     ok = typescript.enqueue({"flow": flows.greet_flow(), "inputs": {"who": "Ada"}}, "portable")
@@ -200,6 +205,7 @@ def test_should_stream_live_events_to_a_typescript_reader_while_the_run_runs(
     enqueuer: str,
     start_worker: StartWorker,
     client: FireflowClient,
+    dbos_py: DBOSClient,
     migrated_url: str,
     tmp_path: Path,
 ) -> None:
@@ -211,11 +217,7 @@ def test_should_stream_live_events_to_a_typescript_reader_while_the_run_runs(
     elif enqueuer == "fireflow-client":
         run_id = client.enqueue(flow, events="live")
     else:
-        dbos_client = _python_example().connect(migrated_url)
-        try:
-            run_id = _pickle_enqueue(dbos_client, {"flow": flow, "inputs": {}, "events": "live"})
-        finally:
-            dbos_client.destroy()
+        run_id = _pickle_enqueue(dbos_py, {"flow": flow, "inputs": {}, "events": "live"})
     reader = typescript.follow(run_id)
     seen = _read_until_gate(reader)
     assert _status(migrated_url, run_id)[0] == "PENDING"  # read live: the run waits at its gate
@@ -237,23 +239,19 @@ def test_should_stream_live_events_to_a_typescript_reader_while_the_run_runs(
 
 
 def test_should_give_every_sdk_the_result_and_error_of_a_run_dbos_py_enqueued_in_pickle(
-    typescript: TypeScriptCaller, start_worker: StartWorker, migrated_url: str
+    typescript: TypeScriptCaller, start_worker: StartWorker, dbos_py: DBOSClient, migrated_url: str
 ) -> None:
     worker = start_worker()
-    dbos_client = _python_example().connect(migrated_url)
-    try:
-        when = datetime(2026, 12, 3, 8, 0, tzinfo=UTC)  # a Python datetime: DBOS-py's portable form, an ISO string
-        inputs = {"who": "Ada", "when": when, "count": "12345678901234567890"}
-        stamped = _pickle_enqueue(dbos_client, {"flow": STAMPED, "inputs": inputs})
-        failing = _pickle_enqueue(dbos_client, {"flow": flows.failing_flow(), "inputs": {}})
-        assert typescript.result(stamped) == {"output": STAMPED_OUTPUT}
-        failure = typescript.result(failing)["error"]
-        # DBOS-py's own client reads them back as well.
-        assert _python_example().run_result(dbos_client, stamped) == STAMPED_OUTPUT
-        with pytest.raises(PortableWorkflowError, match=r"^node 'boom' failed"):
-            _python_example().run_result(dbos_client, failing)
-    finally:
-        dbos_client.destroy()
+    when = datetime(2026, 12, 3, 8, 0, tzinfo=UTC)  # a Python datetime: DBOS-py's portable form, an ISO string
+    inputs = {"who": "Ada", "when": when, "count": "12345678901234567890"}
+    stamped = _pickle_enqueue(dbos_py, {"flow": STAMPED, "inputs": inputs})
+    failing = _pickle_enqueue(dbos_py, {"flow": flows.failing_flow(), "inputs": {}})
+    assert typescript.result(stamped) == {"output": STAMPED_OUTPUT}
+    failure = typescript.result(failing)["error"]
+    # DBOS-py's own client reads them back as well.
+    assert _python_example().run_result(dbos_py, stamped) == STAMPED_OUTPUT
+    with pytest.raises(PortableWorkflowError, match=r"^node 'boom' failed"):
+        _python_example().run_result(dbos_py, failing)
     assert failure["name"] == "RunFailedError" and failure["message"].startswith("node 'boom' failed")
     assert _status(migrated_url, stamped) == ("SUCCESS", "portable_json")
     assert _status(migrated_url, failing) == ("ERROR", "portable_json")
@@ -261,17 +259,13 @@ def test_should_give_every_sdk_the_result_and_error_of_a_run_dbos_py_enqueued_in
 
 
 def test_should_end_a_pickled_request_with_no_json_form_as_error_naming_it(
-    typescript: TypeScriptCaller, start_worker: StartWorker, migrated_url: str
+    typescript: TypeScriptCaller, start_worker: StartWorker, dbos_py: DBOSClient, migrated_url: str
 ) -> None:
     worker = start_worker()
-    dbos_client = _python_example().connect(migrated_url)
-    try:
-        run_id = _pickle_enqueue(dbos_client, {"flow": flows.greet_flow(), "inputs": {"who": b"Ada"}})
-        assert _wait_ended(migrated_url, run_id) == "ERROR"
-        with pytest.raises(PortableWorkflowError) as failure:
-            _python_example().run_result(dbos_client, run_id)
-    finally:
-        dbos_client.destroy()
+    run_id = _pickle_enqueue(dbos_py, {"flow": flows.greet_flow(), "inputs": {"who": b"Ada"}})
+    assert _wait_ended(migrated_url, run_id) == "ERROR"
+    with pytest.raises(PortableWorkflowError) as failure:
+        _python_example().run_result(dbos_py, run_id)
     assert failure.value.message.startswith(
         "invalid run request: inputs.who is a Python bytes, which a run request cannot carry; send it as JSON data, "
         "or enqueue it in DBOS's portable JSON"
