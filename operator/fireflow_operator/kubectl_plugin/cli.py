@@ -129,17 +129,17 @@ def _migrate_plan(conn: Connection, args: argparse.Namespace, now: datetime.date
 
 def _executor(conn: Connection, args: argparse.Namespace) -> ExecutorId:
     executor = str(args.executor)
-    namespace = executor.partition(".")[0]
-    listed = [args.pool] if args.pool else None
-    if listed is None and "." in executor:
-        listed = [p["metadata"]["name"] for p in kubeapi.fetch_pools(conn, all_namespaces=False, namespace=namespace)]
-    found = facts.parse_executor(executor, listed or [])
+    namespace, dot, _ = executor.partition(".")
+    how = "pass one as `kubectl fireflow status POOL` lists them (<namespace>.<pod>, -p<k> for a pod's process k)"
+    if not dot:
+        raise PluginError(f"{executor!r} is not an executor id: {how}")
+    listed = [args.pool] if args.pool else [
+        p["metadata"]["name"] for p in kubeapi.fetch_pools(conn, all_namespaces=False, namespace=namespace)
+    ]  # fmt: skip
+    found = facts.parse_executor(executor, listed)
     if not found:
         where = f"pool {args.pool!r}" if args.pool else f"any FireflowWorkerPool in namespace {namespace!r}"
-        raise PluginError(
-            f"{executor!r} is no executor id of {where}: pass one as `kubectl fireflow status POOL` lists them "
-            "(<namespace>.<pod>, -p<k> for a pod's process k)"
-        )
+        raise PluginError(f"{executor!r} is no executor id of {where}: {how}")
     if len(found) > 1:
         pools = " and ".join(e.pool for e in found)
         raise PluginError(f"executor {executor} may be a process of pool {pools}: pass --pool")
