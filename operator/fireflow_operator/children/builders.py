@@ -12,6 +12,7 @@ from fireflow_operator.api import names
 from fireflow_operator.api.model import (
     DEFAULT_MIGRATION_RESOURCES,
     DEFAULT_WORKER_RESOURCES,
+    BindAddress,
     PoolSpec,
     worker_processes,
 )
@@ -110,6 +111,8 @@ def worker_env(pool: Pool, application_version: str) -> list[dict[str, Any]]:
         worker_variables.PROCESSES: str(worker_processes(spec)),
         worker_variables.POOL: pool.name,  # what the worker's log lines are about, with POD_NAMESPACE
     }
+    if spec.bind_address != BindAddress.IPV4:  # the worker's own default: pods of older pools stay as they were
+        plain[worker_variables.HEALTH_HOST] = spec.bind_address.value
     return [
         {"name": worker_variables.POD_NAME, "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}},
         {"name": worker_variables.POD_NAMESPACE, "valueFrom": {"fieldRef": {"fieldPath": "metadata.namespace"}}},
