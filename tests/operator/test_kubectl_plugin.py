@@ -4,10 +4,12 @@ from KUBECONFIG (a list of files), its contexts and their namespaces, and the po
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import subprocess
 import urllib.parse
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -116,14 +118,24 @@ def _port(url: str) -> int:
     return port
 
 
+@contextlib.contextmanager
+def _ready_pool(cluster: Cluster, api: ApiClient, namespace: str, url: str, **dbos: Any) -> Iterator[OperatorProcess]:
+    """The real operator, and the pool `shown` of one worker on `url` once it is Ready; the operator is stopped
+    when the block ends."""
+    operator = OperatorProcess(cluster).start()
+    try:
+        create_secret(api, namespace, url)
+        create_pool(api, namespace, POOL, replicas=1, dbos={**QUICK_DBOS, **dbos})
+        wait_for_condition(api, namespace, POOL, "Ready")
+        yield operator
+    finally:
+        operator.stop()
+
+
 def test_should_show_a_pools_status_and_list_through_kubectl_fireflow(
     kube_cluster: Cluster, kube_api: ApiClient, kube_namespace: str, pool_database: str, tmp_path: Path
 ) -> None:
-    operator = OperatorProcess(kube_cluster).start()
-    try:
-        create_secret(kube_api, kube_namespace, pool_database)
-        create_pool(kube_api, kube_namespace, POOL, replicas=1, dbos={**QUICK_DBOS, "workerConcurrency": 1})
-        wait_for_condition(kube_api, kube_namespace, POOL, "Ready")
+    with _ready_pool(kube_cluster, kube_api, kube_namespace, pool_database, workerConcurrency=1):
         wait_for_pool(kube_api, kube_namespace, POOL, "its budget", lambda p: "connectionBudget" in p["status"])
         with FireflowClient(pool_database) as client:
             runs = [client.enqueue(LONG) for _ in range(3)]  # one runs (concurrency 1), two wait
@@ -145,8 +157,6 @@ def test_should_show_a_pools_status_and_list_through_kubectl_fireflow(
             for e in list_events(kube_api, kube_namespace)
             if e.involved_object.kind == "FireflowWorkerPool" and e.involved_object.name == POOL
         }
-    finally:
-        operator.stop()
 
     assert as_yaml["name"] == data["name"] and as_yaml["versions"] == data["versions"]
     assert (data["namespace"], data["name"], data["phase"], data["phaseReason"]) == (
@@ -211,33 +221,29 @@ def test_should_list_cancel_and_resume_a_pools_runs_through_kubectl_fireflow(
     kube_cluster: Cluster, kube_api: ApiClient, kube_namespace: str, pool_database: str, tmp_path: Path
 ) -> None:
     kubeconfig = _kubeconfig(kube_cluster, kube_namespace, tmp_path)
-    operator = OperatorProcess(kube_cluster).start()
-    try:
-        create_secret(kube_api, kube_namespace, pool_database)
-        create_pool(kube_api, kube_namespace, POOL, replicas=1, dbos={**QUICK_DBOS, "workerConcurrency": 1})
-        wait_for_condition(kube_api, kube_namespace, POOL, "Ready")
-        with FireflowClient(pool_database) as client:
-            failed = client.enqueue(DOOMED)
-            wait_until("the doomed run failed", lambda: client.status(failed).status == "ERROR")
-            running, waiting = client.enqueue(LONG), client.enqueue(LONG)
-            wait_until("one run claimed", lambda: client.status(running).status == "PENDING")
-            listed = _data(kubeconfig, "runs", "list", POOL)
-            only_waiting = _data(kubeconfig, "runs", "list", POOL, "--status", "ENQUEUED")
-            cancelled = _data(kubeconfig, "runs", "cancel", POOL, running, waiting)
-            after_cancel = {run: client.status(run).status for run in (running, waiting)}
-            unknown = _error(kubeconfig, "runs", "resume", POOL, "no-such-run")
-            again = _ok(kubeconfig, "runs", "cancel", POOL, running, *CONTEXT)
-            ended = _error(kubeconfig, "runs", "cancel", POOL, failed, waiting)
-            forked = _data(kubeconfig, "runs", "resume", POOL, failed)
-            wait_until("the fork failed at the same node", lambda: client.status(forked["running"]).status == "ERROR")
-            fork_error = client.status(forked["running"]).error
-            resumed = _data(kubeconfig, "runs", "resume", POOL, running)
-            wait_until("the resumed run claimed", lambda: client.status(running).status == "PENDING")
-            still_running = _error(kubeconfig, "runs", "resume", POOL, running)
-            no_database = _error(kubeconfig, "runs", "list", POOL, "--database-url", "postgresql://x:y@127.0.0.1:1/z")
-            _ok(kubeconfig, "runs", "cancel", POOL, running, *CONTEXT)
-    finally:
-        operator.stop()
+    with (
+        _ready_pool(kube_cluster, kube_api, kube_namespace, pool_database, workerConcurrency=1),
+        FireflowClient(pool_database) as client,
+    ):
+        failed = client.enqueue(DOOMED)
+        wait_until("the doomed run failed", lambda: client.status(failed).status == "ERROR")
+        running, waiting = client.enqueue(LONG), client.enqueue(LONG)
+        wait_until("one run claimed", lambda: client.status(running).status == "PENDING")
+        listed = _data(kubeconfig, "runs", "list", POOL)
+        only_waiting = _data(kubeconfig, "runs", "list", POOL, "--status", "ENQUEUED")
+        cancelled = _data(kubeconfig, "runs", "cancel", POOL, running, waiting)
+        after_cancel = {run: client.status(run).status for run in (running, waiting)}
+        unknown = _error(kubeconfig, "runs", "resume", POOL, "no-such-run")
+        again = _ok(kubeconfig, "runs", "cancel", POOL, running, *CONTEXT)
+        ended = _error(kubeconfig, "runs", "cancel", POOL, failed, waiting)
+        forked = _data(kubeconfig, "runs", "resume", POOL, failed)
+        wait_until("the fork failed at the same node", lambda: client.status(forked["running"]).status == "ERROR")
+        fork_error = client.status(forked["running"]).error
+        resumed = _data(kubeconfig, "runs", "resume", POOL, running)
+        wait_until("the resumed run claimed", lambda: client.status(running).status == "PENDING")
+        still_running = _error(kubeconfig, "runs", "resume", POOL, running)
+        no_database = _error(kubeconfig, "runs", "list", POOL, "--database-url", "postgresql://x:y@127.0.0.1:1/z")
+        _ok(kubeconfig, "runs", "cancel", POOL, running, *CONTEXT)
 
     executor = f"{kube_namespace}.{POOL}-0"
     assert [(r["runId"], r["status"]) for r in listed] == [(waiting, "ENQUEUED"), (running, "PENDING"),
@@ -268,11 +274,7 @@ def test_should_plan_a_migration_with_the_operators_job_through_kubectl_fireflow
     kube_cluster: Cluster, kube_api: ApiClient, kube_namespace: str, pool_database: str, tmp_path: Path
 ) -> None:
     kubeconfig = _kubeconfig(kube_cluster, kube_namespace, tmp_path)
-    operator = OperatorProcess(kube_cluster).start()
-    try:
-        create_secret(kube_api, kube_namespace, pool_database)
-        create_pool(kube_api, kube_namespace, POOL, replicas=1, dbos=QUICK_DBOS)
-        wait_for_condition(kube_api, kube_namespace, POOL, "Ready")
+    with _ready_pool(kube_cluster, kube_api, kube_namespace, pool_database):
         current = _data(kubeconfig, "migrate", "plan", POOL)
         set_schema_behind(pool_database)
         behind = _data(kubeconfig, "migrate", "plan", POOL, "--image", "fireflow-worker:2")
@@ -284,8 +286,6 @@ def test_should_plan_a_migration_with_the_operators_job_through_kubectl_fireflow
             if (p.metadata.labels or {}).get(names.LABEL_MANAGED_BY) == "kubectl-fireflow"
         ])  # fmt: skip
         pool = get_pool(kube_api, kube_namespace, POOL)
-    finally:
-        operator.stop()
 
     required = migrate.required_version()
     assert current["summary"]["current_version"] == required and current["summary"]["migration_needed"] is False
@@ -308,16 +308,10 @@ def test_should_hand_back_a_gone_workers_runs_and_refuse_while_its_pod_lives(
 ) -> None:
     kubeconfig = _kubeconfig(kube_cluster, kube_namespace, tmp_path)
     executor = f"{kube_namespace}.{POOL}-0"
-    operator = OperatorProcess(kube_cluster).start()
-    try:
-        create_secret(kube_api, kube_namespace, pool_database)
-        create_pool(kube_api, kube_namespace, POOL, replicas=1, dbos=QUICK_DBOS)
-        wait_for_condition(kube_api, kube_namespace, POOL, "Ready")
-        with FireflowClient(pool_database) as client:
-            run = client.enqueue(LONG)
+    with _ready_pool(kube_cluster, kube_api, kube_namespace, pool_database), FireflowClient(pool_database) as client:
+        run = client.enqueue(LONG)
         wait_until("the run claimed", lambda: statuses(pool_database, [run]) == {"PENDING"})
-    finally:
-        operator.stop()  # the operator is down: nothing hands a gone worker's runs back but the plugin
+    # The operator is down from here: nothing hands a gone worker's runs back but the plugin.
     alive = _error(kubeconfig, "recover", executor)
     # The StatefulSet scaled to nothing by hand: the pod goes, its worker exits after its drain, the run stays PENDING.
     AppsV1Api(kube_api).patch_namespaced_stateful_set_scale(POOL, kube_namespace, {"spec": {"replicas": 0}})
