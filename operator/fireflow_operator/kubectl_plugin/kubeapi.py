@@ -295,7 +295,7 @@ def _wait_for(conn: Connection, namespace: str, name: str, timeout_seconds: floa
             return _job_fact(conn, namespace, job)
         pods = call(conn, "list the plan Job's pods", partial(conn.kube.job_pods, namespace, name))
         problem = health.first_pod_problem(pods)
-        if problem is not None:
+        if problem is not None and problem.reason != "Unschedulable":  # a node may yet come (an autoscaler)
             raise PluginError(
                 f"the plan Job {name} cannot run ({problem.reason}: {problem.message}): check the image (--image) "
                 "and the pool's spec.imagePullSecrets"
