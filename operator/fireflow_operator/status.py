@@ -76,12 +76,21 @@ class StatusDraft:
 
     def transition_events(self) -> None:
         """One event per transition: the conditions whose status or reason changed, those changed by one cause
-        (one reason: Degraded=True and Ready=False for OverBudget) in one event."""
+        (one reason: Degraded=True and Ready=False for OverBudget) in one event. An act whose outcome is such a
+        transition (going over budget, a failed or abandoned migration, a rollback) posts no event of its own:
+        this one is its event."""
         old_conditions = list(self.old.get("conditions") or [])
+        new_conditions = list(self.new.get("conditions") or [])
+        changed = conditions.transitions(old_conditions, new_conditions)
         by_reason: dict[str, list[dict[str, Any]]] = {}
-        for changed in conditions.transitions(old_conditions, list(self.new.get("conditions") or [])):
-            by_reason.setdefault(str(changed["reason"]), []).append(changed)
+        for cond in changed:
+            by_reason.setdefault(str(cond["reason"]), []).append(cond)
+        # A condition joining a cause another one reported before and still reports (Ready=False once the rollout
+        # settles, for a ConnectionBudget=False OverBudget posted earlier) is no new transition.
+        still = {str(c["reason"]) for c in new_conditions if c not in changed}
         for reason, changes in by_reason.items():
+            if reason in still:
+                continue
             good = all(
                 c["type"] == conditions.PROGRESSING
                 or ((c["status"] == "True") != (c["type"] == conditions.DEGRADED_CONDITION))

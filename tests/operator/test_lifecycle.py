@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import time
 from collections.abc import Iterator
+from typing import Any
 
 import psycopg
 import pytest
@@ -38,8 +39,10 @@ def test_should_hold_a_pool_at_the_connection_budget_and_say_why(
     url = small_postgres.create_database("budget")
     create_secret(kube_api, kube_namespace, url)
     create_pool(
-        kube_api, kube_namespace, "big", replicas=5, dbos={"systemDatabasePoolSize": 10, "shutdownDrainTimeoutMs": 3000}
+        kube_api, kube_namespace, "big", replicas=1, dbos={"systemDatabasePoolSize": 10, "shutdownDrainTimeoutMs": 3000}
     )
+    wait_for_condition(kube_api, kube_namespace, "big", "Ready")  # within the budget, its migration done
+    patch_pool(kube_api, kube_namespace, "big", {"replicas": 5})
     pool = wait_for_condition(kube_api, kube_namespace, "big", "ConnectionBudget", "False")
     budget = pool["status"]["connectionBudget"]
     assert budget["maxConnections"] == 40
@@ -57,8 +60,23 @@ def test_should_hold_a_pool_at_the_connection_budget_and_say_why(
             == budget["maxReplicas"]
         ),
     )
-    assert any(e.reason == "OverBudget" and e.message == message for e in list_events(kube_api, kube_namespace))
+    wait_for_pool(kube_api, kube_namespace, "big", "settled below its size",
+                  lambda p: condition(p, "Ready").get("reason") == "OverBudget")  # fmt: skip
+    # One event for going over budget: the transition's, naming the conditions it changed (posted after any
+    # event the same reconcile posted before it); Ready joining the cause once the workers settled is none.
+    events = _events_once_posted(kube_api, kube_namespace, "OverBudget", "ConnectionBudget=False")
+    assert [(e.type, e.message) for e in events] == [("Warning", f"ConnectionBudget=False, Degraded=True: {message}")]
     assert_no_secret(kube_api, kube_namespace, operator, url)
+
+
+def _events_once_posted(api: ApiClient, namespace: str, reason: str, text: str) -> list[Any]:
+    """Every event with `reason`, once one saying `text` is there (the operator posts a reconcile's events in
+    order, the transitions' last)."""
+    wait_until(
+        f"a {reason} event saying {text!r}",
+        lambda: any(e.reason == reason and text in str(e.message) for e in list_events(api, namespace)),
+    )
+    return [e for e in list_events(api, namespace) if e.reason == reason]
 
 
 def test_should_start_no_pod_of_a_new_version_before_its_migration_succeeded(
@@ -104,6 +122,10 @@ def test_should_keep_the_old_version_when_the_migration_fails_then_retry(
     message = condition(pool, "SchemaReady")["message"]
     assert message.startswith("migration attempt 1 of 3 failed: lock timeout: ")
     assert "canceling statement due to lock timeout" in message
+    _events_once_posted(kube_api, kube_namespace, "MigrationFailed", "attempt 1 of 3 failed")
+    failure = [(e.type, e.reason, e.message) for e in list_events(kube_api, kube_namespace)
+               if "attempt 1 of 3 failed" in str(e.message)]  # fmt: skip
+    assert failure == [("Warning", "MigrationFailed", f"SchemaReady=False, Degraded=True: {message}")]
     # Restored: the old version at its size.
     wait_until(
         "the old version back at size",

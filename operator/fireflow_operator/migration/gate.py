@@ -78,7 +78,7 @@ class MigrationGate:
         for name in jobs.jobs_to_delete(records, pool.name, persisted, target, step.migration):
             self.kube.delete_job(namespace, name)
         for reason, message in step.events:
-            draft.event("Warning" if step.failure else "Normal", reason, message)
+            draft.event("Normal", reason, message)
         if step.roll_out:
             draft.set_current(target, spec.image, spec.dbos.application_version)
         if step.schema_version is not None:

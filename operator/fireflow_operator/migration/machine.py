@@ -87,7 +87,9 @@ class MigrationStep:
     schema_version: int | None = None
     failure: str | None = None
     abandoned: bool = False
-    events: list[tuple[str, str]] = field(default_factory=list)  # (reason, message)
+    # (reason, message) of what the gate did; a failure has none: SchemaReady and Degraded change with it, and
+    # that transition is its one event (status.py)
+    events: list[tuple[str, str]] = field(default_factory=list)
 
 
 def retry_delay(attempt: int, base: float) -> float:
@@ -126,11 +128,11 @@ def _failed(m: dict[str, Any], inp: MigrationInput, what: str, error: str) -> Mi
         )
         abandoned = {**m, "phase": ABANDONED, "message": message}
         abandoned.pop("retryAt", None)
-        return MigrationStep(abandoned, failure=message, abandoned=True, events=[("MigrationAbandoned", message)])
+        return MigrationStep(abandoned, failure=message, abandoned=True)
     delay = retry_delay(attempt, inp.retry_base_seconds)
     message = f"{what} attempt {attempt} of {inp.max_attempts} failed: {error}; retrying in {int(delay)} s"
     failed = {**m, "phase": FAILED, "message": message, "retryAt": inp.now + delay}
-    return MigrationStep(failed, failure=message, events=[("MigrationFailed", message)])
+    return MigrationStep(failed, failure=message)
 
 
 def _done(m: dict[str, Any], message: str, reason: str, version: int | None) -> MigrationStep:
