@@ -72,7 +72,7 @@ def configure(settings: kopf.OperatorSettings, **_: Any) -> None:
 @kopf.on.event(GROUP, VERSION, PLURAL)
 async def pool_seen(body: kopf.Body, type: str | None, **_: Any) -> None:
     # Every pool's latest version, other shards' too, for the budget's view of the fleet (pool_index.py).
-    RUNNING.queue.pool_index.observe(dict(body), deleted=type == "DELETED")
+    RUNNING.queue.observe(dict(body), deleted=type == "DELETED")
 
 
 @kopf.on.resume(GROUP, VERSION, PLURAL, labels=MINE)
@@ -92,7 +92,7 @@ async def pool_resync(namespace: str | None, name: str, **_: Any) -> None:
 @kopf.on.event("", "v1", "pods", labels={names.LABEL_MANAGED_BY: names.MANAGER})
 async def child_changed(namespace: str | None, labels: Mapping[str, str], **_: Any) -> None:
     pool = labels.get(names.LABEL_POOL)
-    if pool:
+    if pool and RUNNING.queue.may_select(str(namespace), pool):  # another shard's pool costs not even a GET
         await RUNNING.queue.reconcile(str(namespace), pool)
 
 

@@ -46,6 +46,11 @@ class PoolIndex:
                 self._pools[key] = body
                 self._deleted.pop(key, None)
 
+    def get(self, namespace: str, name: str) -> dict[str, Any] | None:
+        """The pool's latest version seen, if the index has it."""
+        with self._lock:
+            return self._pools.get((namespace, name))
+
     def pools(self, list_all: Callable[[], list[dict[str, Any]]]) -> list[dict[str, Any]]:
         """Every pool; `list_all` is called once, on first use."""
         if not self._filled:

@@ -1,17 +1,20 @@
 """Two operator replicas on one Lease, against the real control plane: one leads, the other writes nothing but
-stands by; the leader SIGKILLed mid-migration, the other takes over and finishes the rollout with no Job
-created twice and no promise broken. The time to take over is printed (no test asserts a duration)."""
+stands by; the leader SIGKILLed mid-migration or mid versioned rollout, the other takes over and finishes it
+with no Job or StatefulSet created twice, one new ControllerRevision per change and no promise broken. The time
+to take over is printed (no test asserts a duration; benchmarks/bench_failover.py measures it)."""
 
 from __future__ import annotations
 
+import re
 import time
 from collections import Counter
 
-from kubernetes.client import ApiClient, CoordinationV1Api
+from kubernetes.client import ApiClient, AppsV1Api, CoordinationV1Api
 from kubernetes.client.exceptions import ApiException
 
 from tests.operator.recorder import Recorder, violations
 from tests.support.pools import (
+    QUICK_DBOS,
     OperatorProcess,
     create_pool,
     create_secret,
@@ -24,6 +27,8 @@ from tests.support.pools import (
 )
 
 LEASE = "fireflow-operator"
+# kopf's line for a reconcile that a pool's event, its timer or a child's event started and that finished.
+RECONCILED = re.compile(r"(Handler|Timer) '(pool_changed|pool_resync|child_changed)' succeeded")
 
 
 def _replica(operator: OperatorProcess, namespace: str, name: str) -> OperatorProcess:
@@ -49,6 +54,21 @@ def _holder(api: ApiClient, namespace: str) -> str | None:
     return lease.spec.holder_identity if lease.spec else None
 
 
+def take_over(
+    api: ApiClient, namespace: str, standby: OperatorProcess, name: str, killed: float
+) -> tuple[float, float]:
+    """Seconds from the leader's death until `standby` holds the Lease, and until its first reconcile finished."""
+    wait_until(f"{name} leads", lambda: _holder(api, namespace) == name, timeout=60)
+    leading = time.monotonic() - killed
+
+    def reconciled() -> bool:
+        output = standby.output()
+        return RECONCILED.search(output, output.find("leading: holds Lease")) is not None
+
+    wait_until(f"{name} reconciles", reconciled, timeout=60)
+    return leading, time.monotonic() - killed
+
+
 def test_should_fail_over_to_the_standby_replica_mid_migration_with_nothing_done_twice(
     kube_api: ApiClient, kube_namespace: str, operator: OperatorProcess, pool_database: str
 ) -> None:
@@ -71,15 +91,56 @@ def test_should_fail_over_to_the_standby_replica_mid_migration_with_nothing_done
             lambda: any(c.kind == "Job" and c.image.endswith(":2") for c in recorder.ordered()),
         )
         first.kill()
-        killed = time.monotonic()
-        wait_until("operator-b leads", lambda: _holder(kube_api, kube_namespace) == "operator-b", timeout=60)
-        print(f"operator-b took over {time.monotonic() - killed:.1f} s after the leader was killed")
+        leading, reconciling = take_over(kube_api, kube_namespace, second, "operator-b", time.monotonic())
+        print(f"operator-b took the Lease {leading:.1f} s and reconciled {reconciling:.1f} s after the leader died")
         wait_for_pool(kube_api, kube_namespace, "pool", "the new version", rolled_out("fireflow-worker:2"))
         recorder.close()
         changes = recorder.ordered()
         created = Counter(c.name for c in changes if c.kind == "Job" and c.type == "ADDED")
         assert created and max(created.values()) == 1, f"a Job was created twice: {created}"
         assert violations(changes, online=True) == []
+    finally:
+        first.kill()
+        second.stop()
+        print(first.output()[-5_000:], second.output()[-10_000:])
+
+
+def _statefulsets(api: ApiClient, namespace: str) -> list[str]:
+    return sorted(str(s.metadata.name) for s in AppsV1Api(api).list_namespaced_stateful_set(namespace).items)
+
+
+def test_should_fail_over_to_the_standby_replica_mid_versioned_rollout_with_nothing_done_twice(
+    kube_api: ApiClient, kube_namespace: str, operator: OperatorProcess, pool_database: str
+) -> None:
+    operator.stop()
+    first = _replica(operator, kube_namespace, "operator-a")
+    wait_until("operator-a leads", lambda: _holder(kube_api, kube_namespace) == "operator-a")
+    second = _replica(operator, kube_namespace, "operator-b")
+    try:
+        create_secret(kube_api, kube_namespace, pool_database)
+        create_pool(kube_api, kube_namespace, "pool", replicas=2, dbos={**QUICK_DBOS, "applicationVersion": "1"})
+        wait_for_condition(kube_api, kube_namespace, "pool", "Ready")
+        wait_until("operator-b stands by", lambda: "standing by" in second.output())
+        recorder = Recorder(kube_api, kube_namespace, kinds=("Pod", "Job", "StatefulSet", "ControllerRevision"))
+        before = {(c.kind, c.name) for c in recorder.changes}
+        patch_pool(
+            kube_api, kube_namespace, "pool", {"image": "fireflow-worker:2", "dbos": {"applicationVersion": "2"}}
+        )
+        wait_until("the new version's StatefulSet", lambda: "pool-v2" in _statefulsets(kube_api, kube_namespace))
+        first.kill()
+        leading, reconciling = take_over(kube_api, kube_namespace, second, "operator-b", time.monotonic())
+        print(f"operator-b took the Lease {leading:.1f} s and reconciled {reconciling:.1f} s after the leader died")
+        wait_for_pool(kube_api, kube_namespace, "pool", "the new version", rolled_out("fireflow-worker:2"))
+        wait_until("version 1 retired", lambda: _statefulsets(kube_api, kube_namespace) == ["pool-v2"], timeout=120)
+        recorder.close()
+        changes = recorder.ordered()
+        added = [(c.kind, c.name) for c in changes if c.type == "ADDED" and (c.kind, c.name) not in before]
+        made = Counter(key for key in added if key[0] in ("Job", "StatefulSet"))
+        assert ("StatefulSet", "pool-v2") in made and max(made.values()) == 1, f"created twice: {made}"
+        revisions = Counter(c.owner for c in changes if c.kind == "ControllerRevision" and ("ControllerRevision",
+                            c.name) in added)  # fmt: skip
+        assert revisions == {"pool-v2": 1}, f"one new ControllerRevision for one change: {revisions}"
+        assert violations(changes) == []
     finally:
         first.kill()
         second.stop()
