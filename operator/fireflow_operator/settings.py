@@ -60,7 +60,7 @@ class OperatorSettings(BaseModel):
         default_factory=list, alias="FIREFLOW_OPERATOR_NAMESPACES"
     )
     # Only pools with all these labels are reconciled (`key=value,...`; empty: every pool): operators on
-    # disjoint selectors shard a fleet. The budget still sees every pool; one database belongs to one shard.
+    # disjoint selectors shard a fleet. The budget still sees every pool; one PostgreSQL server belongs to one shard.
     pool_selector: Annotated[dict[str, str], BeforeValidator(_labels)] = Field(
         default_factory=dict, alias="FIREFLOW_OPERATOR_POOL_SELECTOR"
     )

@@ -5,14 +5,13 @@ to take over is printed (no test asserts a duration; benchmarks/bench_failover.p
 
 from __future__ import annotations
 
-import re
 import time
 from collections import Counter
 
-from kubernetes.client import ApiClient, AppsV1Api, CoordinationV1Api
-from kubernetes.client.exceptions import ApiException
+from kubernetes.client import ApiClient, AppsV1Api
 
 from tests.operator.recorder import Recorder, violations
+from tests.support.leadership import holder, replica, take_over
 from tests.support.pools import (
     QUICK_DBOS,
     OperatorProcess,
@@ -26,63 +25,21 @@ from tests.support.pools import (
     wait_until,
 )
 
-LEASE = "fireflow-operator"
-# kopf's line for a reconcile that a pool's event, its timer or a child's event started and that finished.
-RECONCILED = re.compile(r"(Handler|Timer) '(pool_changed|pool_resync|child_changed)' succeeded")
-
-
-def _replica(operator: OperatorProcess, namespace: str, name: str) -> OperatorProcess:
-    return OperatorProcess(
-        operator.cluster,
-        POD_NAME=name,
-        FIREFLOW_OPERATOR_LEADER_ELECTION_NAMESPACE=namespace,
-        FIREFLOW_OPERATOR_NAMESPACES=namespace,
-        # As the chart passes them (strings from its values): the election library wants whole seconds.
-        FIREFLOW_OPERATOR_LEASE_DURATION_SECONDS="10",
-        FIREFLOW_OPERATOR_RENEW_DEADLINE_SECONDS="7",
-        FIREFLOW_OPERATOR_RETRY_PERIOD_SECONDS="2",
-    ).start()
-
-
-def _holder(api: ApiClient, namespace: str) -> str | None:
-    try:
-        lease = CoordinationV1Api(api).read_namespaced_lease(LEASE, namespace)
-    except ApiException as err:
-        if err.status == 404:
-            return None
-        raise
-    return lease.spec.holder_identity if lease.spec else None
-
-
-def take_over(
-    api: ApiClient, namespace: str, standby: OperatorProcess, name: str, killed: float
-) -> tuple[float, float]:
-    """Seconds from the leader's death until `standby` holds the Lease, and until its first reconcile finished."""
-    wait_until(f"{name} leads", lambda: _holder(api, namespace) == name, timeout=60)
-    leading = time.monotonic() - killed
-
-    def reconciled() -> bool:
-        output = standby.output()
-        return RECONCILED.search(output, output.find("leading: holds Lease")) is not None
-
-    wait_until(f"{name} reconciles", reconciled, timeout=60)
-    return leading, time.monotonic() - killed
-
 
 def test_should_fail_over_to_the_standby_replica_mid_migration_with_nothing_done_twice(
     kube_api: ApiClient, kube_namespace: str, operator: OperatorProcess, pool_database: str
 ) -> None:
     operator.stop()  # this test's two replicas watch the namespace instead
-    first = _replica(operator, kube_namespace, "operator-a")
-    wait_until("operator-a leads", lambda: _holder(kube_api, kube_namespace) == "operator-a")
-    second = _replica(operator, kube_namespace, "operator-b")
+    first = replica(operator.cluster, kube_namespace, "operator-a")
+    wait_until("operator-a leads", lambda: holder(kube_api, kube_namespace) == "operator-a")
+    second = replica(operator.cluster, kube_namespace, "operator-b")
     try:
         create_secret(kube_api, kube_namespace, pool_database)
-        recorder = Recorder(kube_api, kube_namespace)
+        recorder = Recorder(kube_api, kube_namespace, kinds=("Pod", "Job", "StatefulSet", "ControllerRevision"))
         create_pool(kube_api, kube_namespace, "pool", replicas=2,
                     migration={"strategy": "Online", "lockTimeoutMs": 2000, "retries": 10})  # fmt: skip
         wait_for_condition(kube_api, kube_namespace, "pool", "Ready")
-        assert _holder(kube_api, kube_namespace) == "operator-a"
+        assert holder(kube_api, kube_namespace) == "operator-a"
         assert "leading" not in second.output() and "standing by" in second.output()
         set_schema_behind(pool_database)
         patch_pool(kube_api, kube_namespace, "pool", {"image": "fireflow-worker:2"})
@@ -96,8 +53,10 @@ def test_should_fail_over_to_the_standby_replica_mid_migration_with_nothing_done
         wait_for_pool(kube_api, kube_namespace, "pool", "the new version", rolled_out("fireflow-worker:2"))
         recorder.close()
         changes = recorder.ordered()
-        created = Counter(c.name for c in changes if c.kind == "Job" and c.type == "ADDED")
-        assert created and max(created.values()) == 1, f"a Job was created twice: {created}"
+        created = Counter((c.kind, c.name) for c in changes if c.kind in ("Job", "StatefulSet") and c.type == "ADDED")
+        assert created and max(created.values()) == 1, f"created twice: {created}"
+        revisions = Counter(c.owner for c in changes if c.kind == "ControllerRevision" and c.type == "ADDED")
+        assert revisions == {"pool": 2}, f"one ControllerRevision at creation, one for the new image: {revisions}"
         assert violations(changes, online=True) == []
     finally:
         first.kill()
@@ -113,9 +72,9 @@ def test_should_fail_over_to_the_standby_replica_mid_versioned_rollout_with_noth
     kube_api: ApiClient, kube_namespace: str, operator: OperatorProcess, pool_database: str
 ) -> None:
     operator.stop()
-    first = _replica(operator, kube_namespace, "operator-a")
-    wait_until("operator-a leads", lambda: _holder(kube_api, kube_namespace) == "operator-a")
-    second = _replica(operator, kube_namespace, "operator-b")
+    first = replica(operator.cluster, kube_namespace, "operator-a")
+    wait_until("operator-a leads", lambda: holder(kube_api, kube_namespace) == "operator-a")
+    second = replica(operator.cluster, kube_namespace, "operator-b")
     try:
         create_secret(kube_api, kube_namespace, pool_database)
         create_pool(kube_api, kube_namespace, "pool", replicas=2, dbos={**QUICK_DBOS, "applicationVersion": "1"})
@@ -151,14 +110,14 @@ def test_should_hand_the_lease_over_at_once_on_a_clean_exit(
     kube_api: ApiClient, kube_namespace: str, operator: OperatorProcess
 ) -> None:
     operator.stop()
-    first = _replica(operator, kube_namespace, "operator-a")
-    wait_until("operator-a leads", lambda: _holder(kube_api, kube_namespace) == "operator-a")
-    second = _replica(operator, kube_namespace, "operator-b")
+    first = replica(operator.cluster, kube_namespace, "operator-a")
+    wait_until("operator-a leads", lambda: holder(kube_api, kube_namespace) == "operator-a")
+    second = replica(operator.cluster, kube_namespace, "operator-b")
     try:
         wait_until("operator-b stands by", lambda: "standing by" in second.output())
         first.stop()  # SIGTERM: kopf exits, the Lease is handed over
         assert first.process is not None and first.process.returncode == 0, first.output()[-3_000:]
-        assert _holder(kube_api, kube_namespace) in (None, "operator-b")
-        wait_until("operator-b leads", lambda: _holder(kube_api, kube_namespace) == "operator-b", timeout=30)
+        assert holder(kube_api, kube_namespace) in (None, "operator-b")
+        wait_until("operator-b leads", lambda: holder(kube_api, kube_namespace) == "operator-b", timeout=30)
     finally:
         second.stop()
