@@ -12,7 +12,7 @@ import json
 import logging
 import os
 import socket
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import kopf
@@ -20,6 +20,7 @@ import kopf
 from fireflow_operator.api import names
 from fireflow_operator.api.model import GROUP, PLURAL, VERSION
 from fireflow_operator.observability import metrics
+from fireflow_operator.pool_index import PoolIndex
 from fireflow_operator.settings import load_settings
 from fireflow_operator.workqueue import PoolWorkQueue, kubernetes_client
 
@@ -36,6 +37,8 @@ class DigestDiffBaseStorage(kopf.AnnotationsDiffBaseStorage):
 
 class _Running:
     queue: PoolWorkQueue  # built at kopf's startup, before any other handler runs
+    pool_index: PoolIndex | None = None  # filled while this replica stood by (leadership.py)
+    end_standby_watch: Callable[[], None] | None = None  # what filled it stops once kopf's own watch delivers
 
 
 RUNNING = _Running()
@@ -49,7 +52,7 @@ MINE = SETTINGS.pool_selector or None
 def configure(settings: kopf.OperatorSettings, **_: Any) -> None:
     ours = SETTINGS
     logging.getLogger().setLevel(ours.log_level)
-    RUNNING.queue = PoolWorkQueue(ours, kubernetes_client())
+    RUNNING.queue = PoolWorkQueue(ours, kubernetes_client(), RUNNING.pool_index)
     # Our finalizer's name says what it guards; kopf keeps its own bookkeeping out of status.
     settings.persistence.finalizer = names.pool_finalizer(ours.pool_selector)
     settings.persistence.progress_storage = kopf.AnnotationsProgressStorage(prefix="fireflow.persistent.ai")
@@ -73,6 +76,9 @@ def configure(settings: kopf.OperatorSettings, **_: Any) -> None:
 async def pool_seen(body: kopf.Body, type: str | None, **_: Any) -> None:
     # Every pool's latest version, other shards' too, for the budget's view of the fleet (pool_index.py).
     RUNNING.queue.observe(dict(body), deleted=type == "DELETED")
+    if RUNNING.end_standby_watch is not None:  # kopf's listing of the pools is in: it takes over from here
+        RUNNING.end_standby_watch()
+        RUNNING.end_standby_watch = None
 
 
 @kopf.on.resume(GROUP, VERSION, PLURAL, labels=MINE)

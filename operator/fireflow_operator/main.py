@@ -7,11 +7,13 @@ import asyncio
 import logging
 import socket
 import sys
+from typing import Any
 
 from fireflow_contract import logformat, telemetry
 from fireflow_contract.explain import bind_error
 from fireflow_contract.version import version_line
-from fireflow_operator.leadership import Leadership, StandbyHealth
+from fireflow_operator.leadership import Leadership, StandbyHealth, StandbyWatch
+from fireflow_operator.pool_index import PoolIndex
 from fireflow_operator.settings import OperatorSettings, SettingsError, load_settings
 
 log = logging.getLogger("fireflow.operator")
@@ -92,7 +94,7 @@ def main(argv: list[str] | None = None) -> int:
         return 1
     import kopf  # noqa: PLC0415 - after the settings, so a bad value fails fast and quietly
 
-    from fireflow_operator import handlers  # noqa: F401, PLC0415 - registers the handlers
+    from fireflow_operator import handlers  # noqa: PLC0415 - registers the handlers
 
     kopf.configure(verbose=settings.log_level == "DEBUG")
     logformat.use_format(settings.log_format)  # on kopf's handler: every line, kopf's own included
@@ -105,7 +107,7 @@ def main(argv: list[str] | None = None) -> int:
         logformat.early_error(str(err))
         return 2
     loop = asyncio.new_event_loop()
-    leadership = _lead(settings, loop) if settings.leader_election_namespace else None
+    leadership = _lead(settings, loop, handlers.RUNNING) if settings.leader_election_namespace else None
     try:
         kopf.run(
             loop=loop,
@@ -127,8 +129,8 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
-def _lead(settings: OperatorSettings, loop: asyncio.AbstractEventLoop) -> Leadership:
-    """Wait, answering the liveness probe, until this replica holds the Lease."""
+def _lead(settings: OperatorSettings, loop: asyncio.AbstractEventLoop, running: Any) -> Leadership:
+    """Wait, answering the liveness probe and keeping the pool index warm, until this replica holds the Lease."""
     from kubernetes import config  # noqa: PLC0415
 
     try:
@@ -137,6 +139,8 @@ def _lead(settings: OperatorSettings, loop: asyncio.AbstractEventLoop) -> Leader
         config.load_kube_config()  # type: ignore[no-untyped-call]
     leadership = Leadership(settings, loop)
     standby = StandbyHealth(settings.health_host, settings.health_port)
+    running.pool_index = PoolIndex()
+    running.end_standby_watch = StandbyWatch(running.pool_index, settings.namespaces).stop
     try:
         leadership.acquire()
     finally:
