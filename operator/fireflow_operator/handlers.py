@@ -20,7 +20,6 @@ import kopf
 from fireflow_operator.api import names
 from fireflow_operator.api.model import GROUP, PLURAL, VERSION
 from fireflow_operator.observability import metrics
-from fireflow_operator.pool_index import PoolIndex
 from fireflow_operator.settings import load_settings
 from fireflow_operator.workqueue import PoolWorkQueue, kubernetes_client
 
@@ -36,8 +35,8 @@ class DigestDiffBaseStorage(kopf.AnnotationsDiffBaseStorage):
 
 
 class _Running:
-    queue: PoolWorkQueue  # built at kopf's startup, before any other handler runs
-    pool_index: PoolIndex | None = None  # filled while this replica stood by (leadership.py)
+    queue: PoolWorkQueue  # in use from kopf's startup, before any other handler runs
+    prepared: PoolWorkQueue | None = None  # built while this replica stood by, its pool index kept filled (main.py)
     end_standby_watch: Callable[[], None] | None = None  # what filled it stops once kopf's own watch delivers
 
 
@@ -52,7 +51,7 @@ MINE = SETTINGS.pool_selector or None
 def configure(settings: kopf.OperatorSettings, **_: Any) -> None:
     ours = SETTINGS
     logging.getLogger().setLevel(ours.log_level)
-    RUNNING.queue = PoolWorkQueue(ours, kubernetes_client(), RUNNING.pool_index)
+    RUNNING.queue = RUNNING.prepared or PoolWorkQueue(ours, kubernetes_client())
     # Our finalizer's name says what it guards; kopf keeps its own bookkeeping out of status.
     settings.persistence.finalizer = names.pool_finalizer(ours.pool_selector)
     settings.persistence.progress_storage = kopf.AnnotationsProgressStorage(prefix="fireflow.persistent.ai")

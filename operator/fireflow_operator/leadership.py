@@ -17,6 +17,7 @@ import logging
 import os
 import socket
 import threading
+from collections.abc import Callable
 from datetime import UTC, datetime
 from typing import Any
 
@@ -129,10 +130,13 @@ class Leadership:
         self.election = leaderelection.LeaderElection(config)  # type: ignore[no-untyped-call]
         logging.getLogger("leaderelection").setLevel(logging.WARNING)  # a line per retry otherwise
 
-    def acquire(self) -> None:
-        """Block until this replica holds the Lease, then keep renewing it in the background."""
-        log.info("standing by for Lease %s/%s as %s", self.namespace, self.settings.lease_name, self.holder)
-        self.election.acquire()  # type: ignore[no-untyped-call]
+    def acquire(self, standing_by: Callable[[], None]) -> None:
+        """Block until this replica holds the Lease, then keep renewing it in the background. `standing_by` runs
+        once another replica is found to lead."""
+        if not self.election.try_acquire_or_renew():  # type: ignore[no-untyped-call]
+            log.info("standing by for Lease %s/%s as %s", self.namespace, self.settings.lease_name, self.holder)
+            standing_by()
+            self.election.acquire()  # type: ignore[no-untyped-call]
         log.info("leading: holds Lease %s/%s as %s", self.namespace, self.settings.lease_name, self.holder)
         threading.Thread(target=self._renew, name="lease-renewal", daemon=True).start()
 

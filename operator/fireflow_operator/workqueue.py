@@ -41,10 +41,10 @@ def kubernetes_client() -> client.ApiClient:
 
 
 class PoolWorkQueue:
-    def __init__(self, settings: OperatorSettings, api: client.ApiClient, pool_index: PoolIndex | None = None) -> None:
+    def __init__(self, settings: OperatorSettings, api: client.ApiClient) -> None:
         self.settings = settings
         self.kube = Kube.from_client(api)
-        self.pool_index = self.kube.pool_index = pool_index or PoolIndex()
+        self.pool_index = self.kube.pool_index = PoolIndex()
         self.reconciler = Reconciler(self.kube, settings)
         self._series = PoolSeries()
         self._locks: dict[Key, asyncio.Lock] = {}

@@ -77,11 +77,11 @@ def test_should_fail_over_to_the_standby_replica_mid_versioned_rollout_with_noth
     second = replica(operator.cluster, kube_namespace, "operator-b")
     try:
         create_secret(kube_api, kube_namespace, pool_database)
+        recorder = Recorder(kube_api, kube_namespace, kinds=("Pod", "Job", "StatefulSet", "ControllerRevision"))
         create_pool(kube_api, kube_namespace, "pool", replicas=2, dbos={**QUICK_DBOS, "applicationVersion": "1"})
         wait_for_condition(kube_api, kube_namespace, "pool", "Ready")
         wait_until("operator-b stands by", lambda: "standing by" in second.output())
-        recorder = Recorder(kube_api, kube_namespace, kinds=("Pod", "Job", "StatefulSet", "ControllerRevision"))
-        before = {(c.kind, c.name) for c in recorder.changes}
+        before = {(c.kind, c.name) for c in list(recorder.changes)}
         patch_pool(
             kube_api, kube_namespace, "pool", {"image": "fireflow-worker:2", "dbos": {"applicationVersion": "2"}}
         )
