@@ -67,6 +67,11 @@ class PoolIndex:
         with self._lock:
             return self._pools.get((namespace, name))
 
+    def gone(self, namespace: str, name: str) -> bool:
+        """Whether the pool was deleted (and not created again since)."""
+        with self._lock:
+            return (namespace, name) in self._deleted
+
     def pools(self, list_all: Callable[[], list[dict[str, Any]]]) -> list[dict[str, Any]]:
         """Every pool; `list_all` is called once, on first use."""
         if not self._filled:

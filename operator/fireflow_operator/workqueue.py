@@ -52,17 +52,20 @@ class PoolWorkQueue:
         self._phases: dict[Key, str] = {}
 
     def observe(self, body: dict[str, Any], *, deleted: bool) -> None:
-        """A pool's watch event, any shard's: into the index; a pool relabelled away from this shard is forgotten."""
+        """A pool's watch event, any shard's: into the index; a pool gone, or relabelled away from this shard, is
+        forgotten (its children's later events reconcile nothing)."""
         self.pool_index.observe(body, deleted=deleted)
         meta = body["metadata"]
         key = (str(meta["namespace"]), str(meta["name"]))
-        if key in self._phases and not self.settings.selects(meta.get("labels")):
+        if key in self._phases and (deleted or not self.settings.selects(meta.get("labels"))):
             self._forget(key)
 
     def may_select(self, namespace: str, name: str) -> bool:
-        """False for a pool the index knows and this shard does not select: its children's events cost nothing."""
+        """False for a pool the index knows to be another shard's, or gone: its children's events cost nothing."""
         known = self.pool_index.get(namespace, name)
-        return known is None or self.settings.selects(known["metadata"].get("labels"))
+        if known is None:
+            return not self.pool_index.gone(namespace, name)
+        return self.settings.selects(known["metadata"].get("labels"))
 
     async def reconcile(self, namespace: str, name: str) -> None:
         logformat.enter_pool(namespace, name)  # this line and kopf's about the handler name the pool
