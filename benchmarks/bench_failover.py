@@ -1,7 +1,7 @@
-"""How long a leader's death stops the operator: two replicas on one Lease with the chart's default timings
-(lease 10 s, renew deadline 7 s, retry 2 s), the leader SIGKILLed at a random moment of its renewal period, and
-the time from the kill until the standby holds the Lease, until its first reconcile finished, and until it
-reconciled every pool of the fleet.
+"""How long a leader's death leaves the pools without an operator: two replicas on one Lease with the chart's
+default timings (lease 10 s, renew deadline 7 s, retry 2 s), the leader SIGKILLed at a random moment of its
+renewal period, and the time from the kill until the standby holds the Lease, until its first reconcile
+finished, and until it reconciled every pool of the fleet.
 
 On the local cluster (the Go-built control plane and the process node, tests/kube) with the operators as
 processes, against one PostgreSQL; the fleet is N pools in one namespace, one at 1 replica and the others at 0.

@@ -37,7 +37,7 @@ class DigestDiffBaseStorage(kopf.AnnotationsDiffBaseStorage):
 class _Running:
     queue: PoolWorkQueue  # in use from kopf's startup, before any other handler runs
     prepared: PoolWorkQueue | None = None  # built while this replica stood by, its pool index kept filled (main.py)
-    end_standby_watch: Callable[[], None] | None = None  # what filled it stops once kopf's own watch delivers
+    end_standby_watch: Callable[[], None] | None = None  # what filled it ends once kopf's own watch delivers
 
 
 RUNNING = _Running()

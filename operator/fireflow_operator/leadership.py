@@ -62,12 +62,12 @@ class StandbyHealth:
 
 class StandbyWatch:
     """The pools this operator may see, listed and then watched into `index` while this replica stands by (and
-    until kopf's own watch of them delivered its first event: stopped earlier, a pool deleted in between would
+    until kopf's own watch of them delivered its first event: ended earlier, a pool deleted in between would
     stay in the index). Reads only."""
 
     def __init__(self, index: PoolIndex, namespaces: list[str]) -> None:
         self.index = index
-        self.stopped = threading.Event()
+        self.ended = threading.Event()
         self.api = client.CustomObjectsApi()
         self._unlisted = set(namespaces or [""])
         self._lock = threading.Lock()
@@ -81,7 +81,7 @@ class StandbyWatch:
 
     def _follow(self, namespace: str) -> None:
         since = ""  # the resourceVersion to watch from; empty: list first
-        while not self.stopped.is_set():
+        while not self.ended.is_set():
             try:
                 if not since:
                     listed = self._list(namespace)
@@ -94,7 +94,7 @@ class StandbyWatch:
                 stream = watch.Watch()  # type: ignore[no-untyped-call]
                 events = stream.stream(self._list, namespace, resource_version=since, timeout_seconds=300)  # type: ignore[no-untyped-call]
                 for event in events:
-                    if self.stopped.is_set():
+                    if self.ended.is_set():
                         stream.stop()  # type: ignore[no-untyped-call]
                         return
                     since = str(event["object"]["metadata"]["resourceVersion"])
@@ -102,10 +102,10 @@ class StandbyWatch:
             except Exception as err:  # a standby's cache saves time only: kopf lists the pools anyway
                 log.debug("standby watch of pools in %r: %s; listing again", namespace or "every namespace", err)
                 since = ""
-                self.stopped.wait(2.0)
+                self.ended.wait(2.0)
 
-    def stop(self) -> None:
-        self.stopped.set()
+    def close(self) -> None:
+        self.ended.set()
 
 
 class Leadership:

@@ -148,7 +148,7 @@ def _lead(settings: OperatorSettings, loop: asyncio.AbstractEventLoop, running: 
 def _stand_by(settings: OperatorSettings, running: Any) -> None:
     """What a standby replica keeps ready, reading only, so that a takeover does not start cold: the pool index,
     filled by a watch of the pools, and DBOS's client code (a version change or stranded runs need it)."""
-    running.end_standby_watch = StandbyWatch(running.prepared.pool_index, settings.namespaces).stop
+    running.end_standby_watch = StandbyWatch(running.prepared.pool_index, settings.namespaces).close
     threading.Thread(target=importlib.import_module, args=("dbos",), name="standby-imports", daemon=True).start()
 
 
