@@ -88,7 +88,7 @@ class Reconciler:
         refusal = policy.service_account_refusal(spec, self.settings.allowed_service_accounts)
         if refusal is None and self.settings.require_shared_secrets:
             labels = {name: self.kube.secret_labels(pool.namespace, name) for name in policy.secrets_used(spec)}
-            refusal = policy.unshared_secret(pool.namespace, labels)
+            refusal = policy.unshared_secret(spec, pool.namespace, labels)
         if refusal is not None:
             draft.blocked(refusal.reason, refusal.message)
             return

@@ -20,7 +20,7 @@ from tests.support.pools import OperatorProcess, create_pool, create_secret, wai
 RESYNCS = 4  # looks at the pool by its timer (every 5 s in the test operator)
 # Measured on 2026-12-04 (main at a3dc84c, again at 5f7e192): one resync of a ready pool of one replica reads
 # the pool once, its PodDisruptionBudget once (404), its Secret three times, its StatefulSets three times, lists
-# its Jobs three times and its Pods twice: 13. A ceiling, so that a new read per resync shows; issue 22's goal
+# its Jobs three times and its Pods twice: 13. A ceiling, so that a new read per resync shows; the fleet goal
 # (<= 4 requests a minute at the chart's 30 s resync) is 2.
 READS_PER_RESYNC = 13
 
