@@ -97,7 +97,7 @@ async def pool_resync(namespace: str | None, name: str, **_: Any) -> None:
 @kopf.on.event("", "v1", "pods", labels={names.LABEL_MANAGED_BY: names.MANAGER})
 async def child_changed(namespace: str | None, labels: Mapping[str, str], **_: Any) -> None:
     pool = labels.get(names.LABEL_POOL)
-    if pool and RUNNING.queue.may_select(str(namespace), pool):  # another shard's pool costs not even a GET
+    if pool and await RUNNING.queue.may_select(str(namespace), pool):  # another shard's pool costs not even a GET
         await RUNNING.queue.reconcile(str(namespace), pool)
 
 

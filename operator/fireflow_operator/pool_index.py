@@ -58,6 +58,10 @@ class PoolIndex:
         for body in bodies:
             self.observe(body)
 
+    @property
+    def filled(self) -> bool:
+        return self._filled
+
     def mark_filled(self) -> None:
         """Every pool the operator may see was listed (by a standby replica's watch): no LIST on first use."""
         self._filled = True

@@ -50,6 +50,7 @@ class PoolWorkQueue:
         self._locks: dict[Key, asyncio.Lock] = {}
         self._requeues: dict[Key, asyncio.TimerHandle] = {}
         self._phases: dict[Key, str] = {}
+        self._filling = asyncio.Lock()
 
     def observe(self, body: dict[str, Any], *, deleted: bool) -> None:
         """A pool's watch event, any shard's: into the index; a pool gone, or relabelled away from this shard, is
@@ -60,8 +61,12 @@ class PoolWorkQueue:
         if key in self._phases and (deleted or not self.settings.selects(meta.get("labels"))):
             self._forget(key)
 
-    def may_select(self, namespace: str, name: str) -> bool:
-        """False for a pool the index knows to be another shard's, or gone: its children's events cost nothing."""
+    async def may_select(self, namespace: str, name: str) -> bool:
+        """False for a pool the index knows to be another shard's, or gone: its children's events cost nothing
+        (at the start, before kopf's watch delivered the pools, one LIST fills the index instead of a GET each)."""
+        async with self._filling:  # one LIST however many events arrive at once
+            if not self.pool_index.filled:
+                await asyncio.to_thread(self.kube.list_pools, self.settings.namespaces)
         known = self.pool_index.get(namespace, name)
         if known is None:
             return not self.pool_index.gone(namespace, name)
