@@ -12,7 +12,7 @@ import json
 import logging
 import os
 import socket
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import kopf
@@ -35,7 +35,9 @@ class DigestDiffBaseStorage(kopf.AnnotationsDiffBaseStorage):
 
 
 class _Running:
-    queue: PoolWorkQueue  # built at kopf's startup, before any other handler runs
+    queue: PoolWorkQueue  # in use from kopf's startup, before any other handler runs
+    prepared: PoolWorkQueue | None = None  # built while this replica stood by, its pool index kept filled (main.py)
+    end_standby_watch: Callable[[], None] | None = None  # what filled it ends once kopf's own watch delivers
 
 
 RUNNING = _Running()
@@ -49,7 +51,7 @@ MINE = SETTINGS.pool_selector or None
 def configure(settings: kopf.OperatorSettings, **_: Any) -> None:
     ours = SETTINGS
     logging.getLogger().setLevel(ours.log_level)
-    RUNNING.queue = PoolWorkQueue(ours, kubernetes_client())
+    RUNNING.queue = RUNNING.prepared or PoolWorkQueue(ours, kubernetes_client())
     # Our finalizer's name says what it guards; kopf keeps its own bookkeeping out of status.
     settings.persistence.finalizer = names.pool_finalizer(ours.pool_selector)
     settings.persistence.progress_storage = kopf.AnnotationsProgressStorage(prefix="fireflow.persistent.ai")
@@ -72,7 +74,10 @@ def configure(settings: kopf.OperatorSettings, **_: Any) -> None:
 @kopf.on.event(GROUP, VERSION, PLURAL)
 async def pool_seen(body: kopf.Body, type: str | None, **_: Any) -> None:
     # Every pool's latest version, other shards' too, for the budget's view of the fleet (pool_index.py).
-    RUNNING.queue.pool_index.observe(dict(body), deleted=type == "DELETED")
+    RUNNING.queue.observe(dict(body), deleted=type == "DELETED")
+    if RUNNING.end_standby_watch is not None:  # kopf's listing of the pools is in: it takes over from here
+        RUNNING.end_standby_watch()
+        RUNNING.end_standby_watch = None
 
 
 @kopf.on.resume(GROUP, VERSION, PLURAL, labels=MINE)
@@ -92,7 +97,7 @@ async def pool_resync(namespace: str | None, name: str, **_: Any) -> None:
 @kopf.on.event("", "v1", "pods", labels={names.LABEL_MANAGED_BY: names.MANAGER})
 async def child_changed(namespace: str | None, labels: Mapping[str, str], **_: Any) -> None:
     pool = labels.get(names.LABEL_POOL)
-    if pool:
+    if pool and await RUNNING.queue.may_select(str(namespace), pool):  # another shard's pool costs not even a GET
         await RUNNING.queue.reconcile(str(namespace), pool)
 
 

@@ -46,6 +46,36 @@ class PoolIndex:
                 self._pools[key] = body
                 self._deleted.pop(key, None)
 
+    def listed(self, bodies: list[dict[str, Any]], namespace: str, version: int) -> None:
+        """A LIST of `namespace` ("": every namespace) at resourceVersion `version`: a pool the index had from
+        before it and the LIST lacks was deleted meanwhile (its watch event missed)."""
+        present = {_key(body) for body in bodies}
+        with self._lock:
+            for key, body in list(self._pools.items()):
+                if (not namespace or key[0] == namespace) and key not in present and _version(body) < version:
+                    del self._pools[key]
+                    self._deleted[key] = version
+        for body in bodies:
+            self.observe(body)
+
+    @property
+    def filled(self) -> bool:
+        return self._filled
+
+    def mark_filled(self) -> None:
+        """Every pool the operator may see was listed (by a standby replica's watch): no LIST on first use."""
+        self._filled = True
+
+    def get(self, namespace: str, name: str) -> dict[str, Any] | None:
+        """The pool's latest version seen, if the index has it."""
+        with self._lock:
+            return self._pools.get((namespace, name))
+
+    def gone(self, namespace: str, name: str) -> bool:
+        """Whether the pool was deleted (and not created again since)."""
+        with self._lock:
+            return (namespace, name) in self._deleted
+
     def pools(self, list_all: Callable[[], list[dict[str, Any]]]) -> list[dict[str, Any]]:
         """Every pool; `list_all` is called once, on first use."""
         if not self._filled:

@@ -62,6 +62,13 @@ class Reconciler:
 
     def reconcile(self, body: dict[str, Any]) -> Outcome:
         draft = StatusDraft.start(body)
+        mine = shards.claim(self.settings)
+        other = shards.other_claimant(
+            draft.old.get("reconciledBy"), mine, draft.namespace, body["metadata"].get("labels")
+        )
+        if other is not None:
+            draft.event("Warning", conditions.REASON_SELECTED_TWICE, shards.overlap_message(other, mine))
+        draft.new["reconciledBy"] = mine
         self._reconcile(body, draft)
         draft.transition_events()
         # Every field is declared (the API server would drop one that is not): a drift fails here, loudly.
@@ -125,7 +132,7 @@ class Reconciler:
             return
         if self.settings.pool_selector:
             refusal = shards.shard_conflict(
-                facts.server, facts.database, pools, self.settings.selects, self.settings.pool_selector
+                body["metadata"], facts.server, pools, self.settings.selects, self.settings.pool_selector
             )
             if refusal is not None:
                 draft.blocked(refusal.reason, refusal.message)

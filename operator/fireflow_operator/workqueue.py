@@ -50,6 +50,27 @@ class PoolWorkQueue:
         self._locks: dict[Key, asyncio.Lock] = {}
         self._requeues: dict[Key, asyncio.TimerHandle] = {}
         self._phases: dict[Key, str] = {}
+        self._filling = asyncio.Lock()
+
+    def observe(self, body: dict[str, Any], *, deleted: bool) -> None:
+        """A pool's watch event, any shard's: into the index; a pool gone, or relabelled away from this shard, is
+        forgotten (its children's later events reconcile nothing)."""
+        self.pool_index.observe(body, deleted=deleted)
+        meta = body["metadata"]
+        key = (str(meta["namespace"]), str(meta["name"]))
+        if key in self._phases and (deleted or not self.settings.selects(meta.get("labels"))):
+            self._forget(key)
+
+    async def may_select(self, namespace: str, name: str) -> bool:
+        """False for a pool the index knows to be another shard's, or gone: its children's events cost nothing
+        (at the start, before kopf's watch delivered the pools, one LIST fills the index instead of a GET each)."""
+        async with self._filling:  # one LIST however many events arrive at once
+            if not self.pool_index.filled:
+                await asyncio.to_thread(self.kube.list_pools, self.settings.namespaces)
+        known = self.pool_index.get(namespace, name)
+        if known is None:
+            return not self.pool_index.gone(namespace, name)
+        return self.settings.selects(known["metadata"].get("labels"))
 
     async def reconcile(self, namespace: str, name: str) -> None:
         logformat.enter_pool(namespace, name)  # this line and kopf's about the handler name the pool
@@ -89,8 +110,11 @@ class PoolWorkQueue:
                     return
                 raise
             body: dict[str, Any] = fetched
-            if body["metadata"].get("deletionTimestamp") or not self.settings.selects(body["metadata"].get("labels")):
-                return  # the finalizer's, or another shard's (its child's event reached every operator)
+            if body["metadata"].get("deletionTimestamp"):
+                return  # the finalizer's
+            if not self.settings.selects(body["metadata"].get("labels")):
+                self._forget(key)  # another shard's: relabelled away, or its child's event reached every operator
+                return
             try:
                 outcome = await asyncio.to_thread(self.reconciler.reconcile, body)
             except Exception as err:
@@ -118,9 +142,13 @@ class PoolWorkQueue:
                 self._requeue(key, outcome.requeue_seconds)
 
     def _forget(self, key: Key) -> None:
-        """A deleted pool leaves no lock, phase or stale series behind."""
+        """A deleted pool, or one moved to another shard, leaves no lock, phase, wake-up or stale series behind."""
         self._locks.pop(key, None)
         self._phases.pop(key, None)
+        if (pending := self._requeues.pop(key, None)) is not None:
+            pending.cancel()
+        for phase in _PHASES:
+            metrics.POOLS.labels(phase).set(sum(1 for p in self._phases.values() if p == phase))
         with contextlib.suppress(KeyError):
             metrics.BUDGET_ALLOWED.remove(*key)
         self._series.forget(*key)

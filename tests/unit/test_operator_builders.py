@@ -181,6 +181,17 @@ def test_should_keep_the_fleet_from_watch_events_without_a_stale_list_undoing_th
     assert calls == [1]  # listed once, then only the watch
 
 
+def test_should_drop_from_the_index_what_a_later_list_lacks_and_take_a_standbys_list_as_the_fleet() -> None:
+    index = PoolIndex()
+    index.observe(_pool_body("gone", 5))  # deleted while the standby's watch was down: its event missed
+    index.observe(_pool_body("newer", 21))  # created after the LIST below started
+    index.listed([_pool_body("kept", 8)], "", 20)
+    index.mark_filled()
+    assert sorted(p["metadata"]["name"] for p in index.pools(lambda: [])) == ["kept", "newer"]
+    index.observe(_pool_body("gone", 6))  # an older event after the LIST: it stays deleted
+    assert sorted(p["metadata"]["name"] for p in index.pools(lambda: [])) == ["kept", "newer"]
+
+
 def test_should_publish_runs_not_recovered_as_a_series_when_the_finalizer_is_blocked() -> None:
     ready = {"type": "Ready", "status": "True", "reason": "AllReplicasReady", "message": "", "lastTransitionTime": "x"}
     status = {"replicas": 0, "conditions": [ready]}
