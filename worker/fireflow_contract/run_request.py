@@ -124,6 +124,20 @@ def build_request(
     return request
 
 
+def request_in(inputs: Any) -> Any:
+    """The run request in a run's inputs as DBOS-py's client reads them back (`{"args": [request], "kwargs":
+    {}}`); None when there is none."""
+    args = inputs.get("args") if isinstance(inputs, dict) else None
+    return args[0] if args else None
+
+
+def queue_of(request: Any) -> str:
+    """The queue a run was enqueued on, from its request (DBOS clears a run's queue when it ends); the executions
+    queue when the request names none of the contract's."""
+    queue = request.get(QUEUE) if isinstance(request, dict) else None
+    return str(queue) if queue in QUEUES else queues.EXECUTIONS
+
+
 def event_detail(request: Any) -> str:
     """The run's event detail: its request's choice, else its queue's default."""
     if not isinstance(request, dict):

@@ -16,7 +16,7 @@ from typing import Any
 
 import psycopg
 
-from fireflow_contract import executor_ids, queues
+from fireflow_contract import executor_ids, resume, run_request
 from fireflow_contract.run_request import TERMINAL_STATUSES
 from fireflow_operator.database.dsn import libpq_dsn, redact
 from fireflow_operator.kubectl_plugin.errors import PluginError
@@ -24,7 +24,6 @@ from fireflow_operator.kubectl_plugin.facts import PLUGIN_MANAGER, Obj, RunCount
 
 CONNECT_TIMEOUT_SECONDS = 10
 STATEMENT_TIMEOUT_MS = 30_000
-RESUMABLE = ("CANCELLED", "MAX_RECOVERY_ATTEMPTS_EXCEEDED")
 Connection = psycopg.Connection[tuple[object, ...]]
 
 
@@ -201,38 +200,28 @@ def cancel_runs(db: PoolDatabase, run_ids: list[str]) -> list[Obj]:
     return [{"runId": r, "was": before[r], "status": after.get(r)} for r in run_ids]
 
 
-def _queue_of(client: Any, run_id: str) -> str:
-    """The queue the run was enqueued on (its request says; DBOS clears queue_name when a run is cancelled)."""
-    found = client.list_workflows(workflow_ids=[run_id], load_input=True, load_output=False)
-    inputs: Any = found[0].input if found else None
-    args = inputs.get("args") if isinstance(inputs, dict) else None
-    request = args[0] if args else None
-    queue = request.get("queue") if isinstance(request, dict) else None
-    return str(queue) if queue in queues.ALL_QUEUES else queues.EXECUTIONS
+def _not_resumable(err: resume.NotResumableError) -> PluginError:
+    return PluginError(str(err) if err.ended else f"{err} (`kubectl fireflow runs cancel` ends it)")
 
 
 def resume_run(db: PoolDatabase, run_id: str) -> Obj:
-    """Run an ended run again from where it stopped, as `fireflow resume` does: a cancelled or abandoned run under
-    its own id from its first unfinished node; a failed one forked into a new run that keeps every step before
-    its first failed node and runs from that node on."""
+    """Run an ended run again from where it stopped, by the rule `fireflow resume` follows (fireflow_contract.resume):
+    a cancelled or abandoned run under its own id, a failed one forked from its first failed node."""
     status = _checked(db, [run_id])[run_id]
-    if status == "SUCCESS":
-        raise PluginError(f"run {run_id} succeeded; there is nothing to resume")
-    if status not in TERMINAL_STATUSES:
-        raise PluginError(
-            f"run {run_id} is {status}; only an ended run can be resumed (`kubectl fireflow runs cancel` ends it)"
-        )
+    try:
+        in_place = resume.resumes_in_place(run_id, status)
+    except resume.NotResumableError as err:
+        raise _not_resumable(err) from None
     with _dbos_client(db) as client:
-        queue = _queue_of(client, run_id)
-        if status in RESUMABLE:
+        found = client.list_workflows(workflow_ids=[run_id], load_input=True, load_output=False)
+        queue = run_request.queue_of(run_request.request_in(found[0].input if found else None))
+        if in_place:
             client.resume_workflow(run_id, queue_name=queue)
             return {"runId": run_id, "was": status, "running": run_id, "queue": queue, "fromStep": None}
-        failed = [step for step in client.list_workflow_steps(run_id) if step["error"] is not None]
-        if not failed:
-            raise PluginError(
-                f"run {run_id} failed outside any node; it would fail again: enqueue a new run (`fireflow run`)"
-            )
-        start = min(int(step["function_id"]) for step in failed)
+        try:
+            start = resume.fork_step(run_id, client.list_workflow_steps(run_id))
+        except resume.NotResumableError as err:
+            raise _not_resumable(err) from None
         handle: Any = client.fork_workflow(run_id, start, queue_name=queue)
         return {"runId": run_id, "was": status, "running": str(handle.get_workflow_id()), "queue": queue,
                 "fromStep": start}  # fmt: skip
