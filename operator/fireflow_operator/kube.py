@@ -13,6 +13,7 @@ from typing import Any, TypeVar, cast
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
+from fireflow_contract import worker_variables
 from fireflow_operator.api import names
 from fireflow_operator.api.model import GROUP, PLURAL, VERSION
 from fireflow_operator.pool_index import PoolIndex
@@ -181,7 +182,7 @@ class Kube:
         pods: list[Any] = self.core.list_namespaced_pod(namespace, label_selector=label_selector).items
         for pod in pods:
             env = {e.name: e.value for e in (pod.spec.containers[0].env or []) if e.value is not None}
-            processes = env.get("FIREFLOW_WORKER_PROCESSES", "1")
+            processes = env.get(worker_variables.PROCESSES, "1")
             found[str(pod.metadata.name)] = int(processes) if processes.isdigit() else 1
         return found
 

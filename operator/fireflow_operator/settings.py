@@ -103,7 +103,7 @@ class OperatorSettings(BaseModel):
     )
     log_level: Literal["DEBUG", "INFO", "WARNING", "ERROR"] = Field("INFO", alias="FIREFLOW_OPERATOR_LOG_LEVEL")
     # Every line (kopf's and the Kubernetes client's included) as text or one JSON object (logformat.py).
-    log_format: LogFormat = Field("text", alias="FIREFLOW_LOG_FORMAT")
+    log_format: LogFormat = Field("text", alias=LOG_FORMAT_ENV)
     # Leader election on a coordination.k8s.io Lease in this namespace (the chart sets its own): replicas
     # beyond one stand by and take over when the leader's Lease expires. Empty: no election (one replica).
     leader_election_namespace: str = Field("", alias="FIREFLOW_OPERATOR_LEADER_ELECTION_NAMESPACE")

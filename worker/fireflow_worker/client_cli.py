@@ -19,7 +19,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from fireflow_contract import queues, run_request
+from fireflow_contract import queues, run_request, worker_variables
 from fireflow_contract.dburl import POSTGRES_SCHEMES, SecretMask, mask_logs, redact_url, url_problem
 from fireflow_contract.explain import database_error
 from fireflow_contract.version import version_line
@@ -72,8 +72,8 @@ def _parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--version", action="version", version=version_line("fireflow"))
     parser.add_argument("--debug", action="store_true", help="print the traceback of an error")
-    parser.add_argument("--database-url", default=os.environ.get("DATABASE_URL_EXECUTIONS"))
-    parser.add_argument("--application-name", default=os.environ.get("DBOS_APPLICATION_NAME", "fireflow"))
+    parser.add_argument("--database-url", default=os.environ.get(worker_variables.DATABASE_URL))
+    parser.add_argument("--application-name", default=os.environ.get(worker_variables.APPLICATION_NAME, "fireflow"))
     sub = parser.add_subparsers(dest="command", required=True)
     run = sub.add_parser("run", help="enqueue a run of FLOW (a YAML/JSON file, or a stored flow with --ref)")
     run.add_argument("flow")

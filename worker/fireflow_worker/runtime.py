@@ -25,7 +25,7 @@ from types import FrameType
 import sqlalchemy as sa
 from dbos import DBOS, DBOSConfig
 
-from fireflow_contract import executor_ids, logformat, queues, telemetry
+from fireflow_contract import executor_ids, logformat, queues, telemetry, worker_variables
 from fireflow_contract.dburl import SecretMask, mask_logs, redact_url
 from fireflow_contract.explain import bind_error, database_error
 from fireflow_contract.worker_variables import DATABASE_URL, HEALTH_HOST, HEALTH_PORT
@@ -105,7 +105,9 @@ def configure_logging(config: WorkerConfig) -> None:
     """
     logformat.configure(config.log_level, config.log_format)
     logformat.set_process_context(
-        namespace=os.environ.get("POD_NAMESPACE"), pool=os.environ.get("FIREFLOW_POOL"), executor=config.executor_id
+        namespace=os.environ.get(worker_variables.POD_NAMESPACE),
+        pool=os.environ.get(worker_variables.POOL),
+        executor=config.executor_id,
     )
     DBOS_START_LINES.quiet_launch_failures = config.log_level != "DEBUG"
     logging.getLogger("dbos").addFilter(DBOS_START_LINES)
@@ -326,7 +328,7 @@ def _settle_latest_version(config: WorkerConfig) -> None:
     """A worker whose version is not DBOS's latest takes no version-less run: make it the latest, or refuse."""
     latest = str(DBOS.get_latest_application_version()["version_name"])
     mine = config.application_version
-    if latest == mine or config.version_role == "managed":
+    if latest == mine or config.version_role == worker_variables.VERSION_ROLE_MANAGED:
         return
     if config.version_role == "claim-latest":
         DBOS.set_latest_application_version(mine)

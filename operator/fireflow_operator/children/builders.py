@@ -345,7 +345,7 @@ def build_migration_job(
                                 _database_url_env(pool.spec),
                                 {"name": worker_variables.APPLICATION_NAME, "value": pool.spec.dbos.application_name},
                                 # libpq names the Job's sessions, so the budget does not count them twice.
-                                {"name": "PGAPPNAME", "value": names.MIGRATION_APPLICATION_NAME},
+                                {"name": worker_variables.CONNECTION_NAME, "value": names.MIGRATION_APPLICATION_NAME},
                             ],
                             "terminationMessagePolicy": "FallbackToLogsOnError",
                         }

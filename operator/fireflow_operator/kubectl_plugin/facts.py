@@ -7,7 +7,6 @@ the pods' names and their worker processes exactly as the operator derives them 
 from __future__ import annotations
 
 import datetime
-import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -298,14 +297,12 @@ class ExecutorId:
 def parse_executor(executor: str, pool_names: Sequence[str]) -> list[ExecutorId]:
     """The ways `executor` can be a process of one of the namespace's pools (`pool_names`): one normally, none
     for another program's id, two when pools `a` and `a-v2` both exist (`a-v2-0` is either's)."""
-    namespace, dot, rest = executor.partition(".")
+    namespace, dot, _ = executor.partition(".")
     if not dot:
         return []
     found = []
     for pool in pool_names:
-        if not executor_ids.pool_executor_pattern(namespace, pool).fullmatch(executor):
-            continue
-        match = re.fullmatch(rf"({re.escape(pool)}(?:-v\d+)?)-(\d+)(?:{executor_ids.CHILD_SUFFIX}\d+)?", rest)
+        match = executor_ids.pool_executor_pattern(namespace, pool).fullmatch(executor)
         if match is not None:
             sts, ordinal = match.group(1), int(match.group(2))
             found.append(ExecutorId(executor, namespace, pool, sts, f"{sts}-{ordinal}", ordinal))

@@ -92,7 +92,7 @@ def run_counts(db: PoolDatabase, namespace: str, pool: str, pool_queues: list[st
                 OR (status = 'ENQUEUED' AND queue_name = ANY(%s))
              GROUP BY 1, 2, 3
             """,
-            (f"{namespace}.{pool}-", pool_queues),
+            (executor_ids.statefulset_prefix(namespace, pool), pool_queues),
         ).fetchall()
     pending: dict[tuple[str, str | None], int] = {}
     enqueued: dict[str | None, int] = {}
