@@ -5,7 +5,7 @@ the slots reserved for superusers and `pg_use_reserved_connections`), the databa
 and the role's `CONNECTION LIMIT` (the last two do not apply to superusers). A pool fits when each of
 those scopes has room for its workers after everything else in that scope: connections in use by anything
 that is not a known pool, what the other pools on the same scope need, the migration Job, the operator's own
-connection to the database, and (server-wide) the pool's headroom. Pools on different databases of one server
+connections to the database, and (server-wide) the pool's headroom. Pools on different databases of one server
 share its `max_connections`.
 
 A worker holds at most `systemDatabasePoolSize` pooled connections plus one LISTEN connection; a migration
@@ -18,11 +18,12 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 from fireflow_operator.database.facts import DatabaseFacts, Usage
+from fireflow_operator.database.kept_connections import CONNECTIONS_PER_DATABASE
 
 MIGRATION_JOB_CONNECTIONS = 3
-OPERATOR_CONNECTION = (
-    1  # the operator's connection to the pool's database, kept between reconciles (database/kept_connections.py)
-)
+# The operator's own connections to the pool's database, kept between reconciles and shared by all its pools and
+# by the DBOS client that hands stranded runs back (database/kept_connections.py).
+OPERATOR_CONNECTION = CONNECTIONS_PER_DATABASE
 SERVER, DATABASE, ROLE = "server", "database", "role"
 
 

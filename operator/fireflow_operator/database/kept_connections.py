@@ -125,6 +125,8 @@ class DatabasePools:
             ) from None
         except sa_exc.DBAPIError as err:
             raise DatabaseUnreachableError(_one_line(err.orig or err)) from None
+        except psycopg.Error as err:  # from the connect function, which SQLAlchemy does not wrap
+            raise DatabaseUnreachableError(_one_line(err)) from None
         conn: Connection = pooled.driver_connection  # type: ignore[assignment]
         conn.autocommit = True
         try:
