@@ -19,6 +19,7 @@ from typing import Any
 
 import kopf
 
+from fireflow_contract import logformat
 from fireflow_operator.api import names
 from fireflow_operator.api.model import GROUP, PLURAL, VERSION
 from fireflow_operator.observability import metrics
@@ -120,25 +121,23 @@ async def pod_changed(body: kopf.Body, type: str | None, labels: Mapping[str, st
 @kopf.on.event("policy", "v1", PDBS, labels=OWNED)
 async def pdb_seen(body: kopf.Body, type: str | None, labels: Mapping[str, str], **_: Any) -> None:
     # Its status follows every pod; only its deletion is news (the reconcile makes it again).
-    if _kept(PDBS, body, type) and type == "DELETED":
-        await _reconcile_owner(body, labels)
+    await _child_changed(PDBS, body, type, labels, only_deletion=True)
 
 
 @kopf.on.event("", "v1", SERVICES, labels=OWNED)
 async def service_seen(body: kopf.Body, type: str | None, labels: Mapping[str, str], **_: Any) -> None:
-    if _kept(SERVICES, body, type) and type == "DELETED":
-        await _reconcile_owner(body, labels)
+    await _child_changed(SERVICES, body, type, labels, only_deletion=True)
 
 
-async def _child_changed(kind: str, body: kopf.Body, type: str | None, labels: Mapping[str, str]) -> None:
-    if _kept(kind, body, type):
-        await _reconcile_owner(body, labels)
-
-
-async def _reconcile_owner(body: kopf.Body, labels: Mapping[str, str]) -> None:
-    pool = labels.get(names.LABEL_POOL)
+async def _child_changed(
+    kind: str, body: kopf.Body, type: str | None, labels: Mapping[str, str], *, only_deletion: bool = False
+) -> None:
+    """Keep the child; reconcile its pool when the child changed (or, `only_deletion`, went)."""
+    namespace, pool = str(body.metadata.namespace), labels.get(names.LABEL_POOL)
     if pool:
-        await RUNNING.queue.reconcile(str(body.metadata.namespace), pool, "child")
+        logformat.enter_pool(namespace, pool)  # kopf's line about this handler names the pool beside the child
+    if _kept(kind, body, type) and pool and (type == "DELETED" or not only_deletion):
+        await RUNNING.queue.reconcile(namespace, pool, "child")
 
 
 @kopf.on.delete(GROUP, VERSION, PLURAL, labels=MINE)

@@ -10,7 +10,8 @@ from __future__ import annotations
 import re
 import threading
 from collections import Counter
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from typing import TypeVar
 
 import psycopg
 import pytest
@@ -22,6 +23,7 @@ from fireflow_operator.database.dbprobe import Snapshots, probe_database
 from fireflow_operator.database.kept_connections import DatabasePools, DatabaseUnreachableError, database_key
 from fireflow_worker import migrate
 
+T = TypeVar("T")
 READERS = 8  # reconciles of pools on one database at once
 _AUTHORIZED = re.compile(r"connection authorized: .*?application_name=(\S+)")
 
@@ -42,24 +44,26 @@ def _opened(server: LocalPostgres, since: int) -> Counter[str]:
     return Counter(match[1] for match in _AUTHORIZED.finditer(text))
 
 
-def _at_once(count: int, work: object) -> list[object]:
+def _at_once(count: int, work: Callable[[], T]) -> list[T]:
     """Run `work()` in `count` threads started together; their results."""
-    results: list[object] = [None] * count
+    results: dict[int, T] = {}
     start = threading.Barrier(count)
 
     def run(index: int) -> None:
         start.wait()
-        results[index] = work()  # type: ignore[operator]
+        results[index] = work()
 
     threads = [threading.Thread(target=run, args=(i,)) for i in range(count)]
     for thread in threads:
         thread.start()
     for thread in threads:
         thread.join(timeout=120)
-    return results
+    return [results[index] for index in range(count)]
 
 
-def test_should_serve_parallel_reconciles_of_one_database_through_one_connection(logged_postgres: LocalPostgres) -> None:
+def test_should_serve_parallel_reconciles_of_one_database_through_one_connection(
+    logged_postgres: LocalPostgres,
+) -> None:
     url = logged_postgres.create_database("shared_connection")
     pools = DatabasePools()
     since = logged_postgres.log_path.stat().st_size
@@ -98,7 +102,7 @@ def test_should_probe_a_database_once_for_the_pools_reconciled_within_a_resync(l
     assert len({id(snapshot) for snapshot in taken}) == 1  # one probe, shared by every pool's resync
     assert snapshots.get(url, 5, max_age_seconds=30) is taken[0]
     fresh = snapshots.get(url, 5, max_age_seconds=0)  # a change looks afresh
-    assert fresh is not taken[0] and fresh.taken >= taken[0].taken  # type: ignore[attr-defined]
+    assert fresh is not taken[0] and fresh.taken >= taken[0].taken
 
 
 def test_should_hand_back_stranded_runs_through_the_operators_own_connection(logged_postgres: LocalPostgres) -> None:

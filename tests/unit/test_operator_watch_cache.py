@@ -58,7 +58,8 @@ def test_should_list_each_kind_once_and_then_follow_the_watch() -> None:
     assert first is not None and first.metadata.resource_version == "3"
     assert cache[STATEFULSETS].get("ns", "pool") is first  # one model per resourceVersion, built once
     assert cache.observe(STATEFULSETS, sts(4))
-    assert cache[STATEFULSETS].get("ns", "pool").metadata.resource_version == "4"
+    second = cache[STATEFULSETS].get("ns", "pool")
+    assert second is not None and second.metadata.resource_version == "4"
     assert cache[PODS].of_pool("ns", "pool") == []
     assert listed == [STATEFULSETS, PODS]
 
