@@ -148,11 +148,12 @@ def take_snapshot(url: str, timeout_seconds: int) -> Snapshot:
     taken = time.monotonic()
     with database_connection(url, timeout_seconds) as conn:
         try:
-            limits = conn.execute(_LIMITS).fetchone()
-            assert limits is not None
-            server = _server_identity(conn, str(limits[-1]))
-            clients = conn.execute(_CONNECTIONS).fetchall()
-            version, owners, pending = _schema_facts(conn)
+            with conn.transaction():  # one transaction for the whole look, not one per statement
+                limits = conn.execute(_LIMITS).fetchone()
+                assert limits is not None
+                server = _server_identity(conn, str(limits[-1]))
+                clients = conn.execute(_CONNECTIONS).fetchall()
+                version, owners, pending = _schema_facts(conn)
         except psycopg.Error as err:
             raise DatabaseQueryError(" ".join(str(err).split())) from None
     rows = tuple((_str(u), _str(d), _str(a)) for u, d, a in clients)
