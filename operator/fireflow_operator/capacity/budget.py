@@ -142,12 +142,17 @@ def compute_budget(
 # a status (and an event) changes only when one of these does, so an idle pool causes no writes.
 DECISION_KEYS = (
     "server", "database", "role", "maxConnections", "databaseLimit", "roleLimit", "headroom", "limitedBy",
-    "perReplica", "maxReplicas", "desiredReplicas", "allowedReplicas", "retiringReplicas", "needed",
+    "perReplica", "desiredReplicas", "allowedReplicas", "retiringReplicas", "needed",
 )  # fmt: skip
 
 
 def same_decision(old: Mapping[str, object], new: Mapping[str, object]) -> bool:
-    return all(old.get(key) == new.get(key) for key in DECISION_KEYS)
+    """Whether nothing was decided differently. How many replicas would fit moves with every other client's
+    connection; it is a decision only while it holds the pool back (below that, a 200-pool fleet's statuses were
+    rewritten each time a client came or went on the server)."""
+    held_back = int(str(new.get("allowedReplicas", 0))) < int(str(new.get("desiredReplicas", 0)))
+    keys = (*DECISION_KEYS, "maxReplicas") if held_back else DECISION_KEYS
+    return all(old.get(key) == new.get(key) for key in keys)
 
 
 def pool_need(status: dict[str, object]) -> PoolNeed | None:
