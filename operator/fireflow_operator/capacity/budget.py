@@ -16,6 +16,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import NamedTuple
 
 from fireflow_operator.database.facts import DatabaseFacts, Usage
 from fireflow_operator.database.kept_connections import CONNECTIONS_PER_DATABASE
@@ -27,9 +28,9 @@ OPERATOR_CONNECTION = CONNECTIONS_PER_DATABASE
 SERVER, DATABASE, ROLE = "server", "database", "role"
 
 
-@dataclass(frozen=True)
-class PoolNeed:
-    """What one pool's workers may hold, and where: read from its status.connectionBudget."""
+class PoolNeed(NamedTuple):
+    """What one pool's workers may hold, and where: read from its status.connectionBudget (a tuple: every
+    reconcile reads one per pool of the fleet)."""
 
     server: str
     database: str
