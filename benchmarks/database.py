@@ -119,6 +119,43 @@ class Counters:
         return Counters(self.statements - other.statements, self.commits - other.commits)
 
 
+@dataclass(frozen=True)
+class StatementShare:
+    """One normalised statement of a database since the last `pg_stat_statements_reset()`."""
+
+    query: str
+    calls: int
+    exec_ms: float  # total execution time
+
+    @staticmethod
+    def read(admin: psycopg.Connection[Any], database_url: str) -> tuple[StatementShare, ...]:
+        rows = admin.execute(
+            """
+            SELECT s.query, s.calls, s.total_exec_time FROM pg_stat_statements s
+            JOIN pg_database d ON d.oid = s.dbid WHERE d.datname = %s ORDER BY s.calls DESC
+            """,
+            (database_url.rsplit("/", 1)[1],),
+        ).fetchall()
+        return tuple(StatementShare(" ".join(str(q).split()), int(c), float(t)) for q, c, t in rows)
+
+
+@dataclass(frozen=True)
+class FunctionTime:
+    """A PL/pgSQL function of the connected database (a trigger's): calls and time in it, since the database
+    was made; counted only with `track_functions = 'pl'`."""
+
+    name: str
+    calls: int
+    self_ms: float
+
+    @staticmethod
+    def read(conn: psycopg.Connection[Any]) -> tuple[FunctionTime, ...]:
+        rows = conn.execute(
+            "SELECT schemaname || '.' || funcname, calls, self_time FROM pg_stat_user_functions ORDER BY 1"
+        ).fetchall()
+        return tuple(FunctionTime(str(name), int(calls), float(self_ms)) for name, calls, self_ms in rows)
+
+
 class RunWatcher:
     """Reads `dbos.workflow_status` of a measured database. Its statements are kept out of
     `pg_stat_statements` (`pg_stat_statements.track = none` for this connection) and counted in `queries`, so

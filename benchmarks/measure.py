@@ -23,15 +23,21 @@ runs on one host, so they share one clock.
 
 from __future__ import annotations
 
+import contextlib
 import math
 import random
 import statistics
 import time
+from collections.abc import Callable
+from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
+
+import psycopg
 
 from benchmarks.cpu import KernelShare, postmaster_pid, tree_cpu_seconds, tree_kernel_share
-from benchmarks.database import BenchmarkError, Counters, Databases, RunWatcher
+from benchmarks.database import BenchmarkError, Counters, Databases, FunctionTime, RunWatcher, StatementShare
 from benchmarks.procs import running_workers
 from benchmarks.workload import QUEUE, WORKER_CONCURRENCY, Kind, decode_output, enqueuer, expected_result, slug
 
@@ -60,6 +66,11 @@ class Throughput:
     rss_mib: float
     # The workers' threads: system CPU and context switches over the window.
     worker_kernel: KernelShare
+    concurrency: int = WORKER_CONCURRENCY  # DBOS_WORKER_CONCURRENCY of each process
+    variant: str = ""  # what else was set, e.g. "live events"
+    # The window's statements by query, and the database's PL/pgSQL functions (with track_functions = 'pl').
+    by_statement: tuple[StatementShare, ...] = ()
+    functions: tuple[FunctionTime, ...] = ()
 
     @property
     def runs_per_second(self) -> float:
@@ -107,12 +118,28 @@ class ClaimLatency:
         return statistics.fmean(self.latencies_ms)
 
 
+# Given the pids of a drain's workers, a context around its window (a profiler attached to them, say).
+Observer = Callable[[list[int]], AbstractContextManager[Any]]
+
+
 def throughput(
-    bench: Bench, kind: Kind, flow: str, pods: int, processes: int, runs: int, concurrency: int = WORKER_CONCURRENCY
+    bench: Bench,
+    kind: Kind,
+    flow: str,
+    pods: int,
+    processes: int,
+    runs: int,
+    concurrency: int = WORKER_CONCURRENCY,
+    *,
+    events: str | None = None,
+    variant: str = "",
+    extra_env: dict[str, str] | None = None,
+    observe: Observer | None = None,
 ) -> Throughput:
+    """One drain of `runs` runs; `events` is a FireFlow run's event detail, `extra_env` more worker settings."""
     url = bench.databases.fresh(f"tp{slug(flow)}{pods}x{processes}_{kind}", kind)
     server_pid = postmaster_pid(bench.databases.server.data_dir)
-    client = enqueuer(kind, url, flow)
+    client = enqueuer(kind, url, flow, events)
     try:
         started = time.monotonic()
         ids = [client.enqueue(f"user-{index}", held=True) for index in range(runs)]
@@ -128,9 +155,10 @@ def throughput(
                 count=pods,
                 queues=[QUEUE],
                 processes=processes,
-                extra_env={"DBOS_WORKER_CONCURRENCY": str(concurrency)},
+                extra_env={**(extra_env or {}), "DBOS_WORKER_CONCURRENCY": str(concurrency)},
             ) as procs,
             RunWatcher(url) as watcher,
+            (observe or _unobserved)([worker.pid for worker in procs]),
         ):
             admin.execute("SELECT pg_stat_statements_reset()")
             before = Counters.read(admin, url)
@@ -144,6 +172,7 @@ def throughput(
             kernel = tree_kernel_share(worker_pids) - kernel
             server_cpu = tree_cpu_seconds([server_pid]) - server_cpu
             statements = Counters.read(admin, url).statements - before.statements
+            by_statement = StatementShare.read(admin, url)
             rss = sum(worker.rss_mib() for worker in procs)
             for index in (0, runs - 1):  # every kind computes the same thing
                 # DBOS-py 3.4 keeps outputs in a table of their own; DBOS-TS in the status row.
@@ -163,6 +192,8 @@ def throughput(
             own_commits = watcher.queries - queries_before
         # The workers and the watcher have disconnected: every backend has flushed its commit count.
         commits = Counters.read(admin, url).commits - before.commits - own_commits
+    with psycopg.connect(url, autocommit=True) as conn:  # the fresh database's functions: its whole life
+        functions = FunctionTime.read(conn)
     # A claim stamps its transaction's start, which may precede the release it then sees (on a busy machine by
     # tens of ms); a held run cannot be claimed before the release commits (its version is no worker's).
     if int(first_started) < released_ms - 250:
@@ -181,7 +212,15 @@ def throughput(
         load=Counters(statements, commits),
         rss_mib=rss,
         worker_kernel=kernel,
+        concurrency=concurrency,
+        variant=variant,
+        by_statement=by_statement,
+        functions=functions,
     )
+
+
+def _unobserved(_pids: list[int]) -> AbstractContextManager[Any]:
+    return contextlib.nullcontext()
 
 
 def idle_load(

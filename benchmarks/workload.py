@@ -129,11 +129,12 @@ class PyEnqueuer:
     Held runs of the flow skip the project client's validation (it cannot pin a version); unheld ones go
     through FireflowClient, as in production."""
 
-    def __init__(self, kind: Kind, database_url: str, flow: str) -> None:
+    def __init__(self, kind: Kind, database_url: str, flow: str, events: str | None = None) -> None:
         from dbos import DBOSClient  # noqa: PLC0415
 
         self._kind = kind
         self._flow = flow
+        self._events = events  # a FireFlow run's event detail (`steps`, `live`); None: the queue's default
         self._client = DBOSClient(
             system_database_url=database_url, application_name=APPLICATION_NAME, use_listen_notify=True
         )
@@ -145,7 +146,7 @@ class PyEnqueuer:
 
     def enqueue(self, who: str, *, held: bool = False) -> str:
         if self._fireflow is not None and not held:
-            return str(self._fireflow.enqueue(FLOWS[self._flow], inputs={"who": who}, queue=QUEUE))
+            return str(self._fireflow.enqueue(FLOWS[self._flow], inputs={"who": who}, queue=QUEUE, events=self._events))
         fireflow = self._kind == "fireflow"
         options: EnqueueOptions = {
             "queue_name": QUEUE,
@@ -159,6 +160,8 @@ class PyEnqueuer:
             if fireflow
             else {"inputs": {"who": who}, "nodes": PEER_STEPS[self._flow]}
         )
+        if fireflow and self._events is not None:
+            request["events"] = self._events
         handle: Any = self._client.enqueue(options, request)
         return str(handle.get_workflow_id())
 
@@ -200,8 +203,9 @@ class TsEnqueuer:
         self._process.wait(timeout=30)
 
 
-def enqueuer(kind: Kind, database_url: str, flow: str) -> Enqueuer:
-    return TsEnqueuer(database_url, flow) if kind == "ts" else PyEnqueuer(kind, database_url, flow)
+def enqueuer(kind: Kind, database_url: str, flow: str, events: str | None = None) -> Enqueuer:
+    """`events` (a FireFlow run's event detail) only for `fireflow`."""
+    return TsEnqueuer(database_url, flow) if kind == "ts" else PyEnqueuer(kind, database_url, flow, events)
 
 
 def decode_output(output: str | None, serialization: str | None) -> Any:

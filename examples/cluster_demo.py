@@ -47,7 +47,7 @@ from demo import run_example_flows  # noqa: E402 - examples/demo.py: the same fl
 from kubernetes.client import AppsV1Api, CoreV1Api, CustomObjectsApi  # noqa: E402
 from kubernetes.client.exceptions import ApiException  # noqa: E402
 
-from fireflow_local.postgres import free_port  # noqa: E402
+from fireflow_local.postgres import ServerCannotStartError, free_port  # noqa: E402
 from fireflow_operator.api.model import GROUP, PLURAL, VERSION  # noqa: E402
 from fireflow_worker.client import FireflowClient  # noqa: E402
 from tests.e2e.databases import Database  # noqa: E402
@@ -252,6 +252,9 @@ def main(argv: list[str] | None = None) -> int:
 if __name__ == "__main__":
     try:
         sys.exit(main())
+    except ServerCannotStartError as error:  # one sentence with the path and the fix; torn down already
+        print(f"error: {error}", file=sys.stderr)
+        sys.exit(2)
     except KeyboardInterrupt:
         print("[cluster-demo] interrupted; torn down", file=sys.stderr)
         sys.exit(130)

@@ -22,7 +22,7 @@ from pathlib import Path
 from types import FrameType
 from typing import Any
 
-from fireflow_local.postgres import LocalPostgres, free_port
+from fireflow_local.postgres import LocalPostgres, ServerCannotStartError, free_port
 from fireflow_worker.client import FireflowClient, RunStatus
 from fireflow_worker.flows.validate import read_flow_file
 
@@ -145,6 +145,9 @@ def main(argv: list[str] | None = None) -> int:
     except BrokenPipeError:  # a write of the results, after the clean-up
         _silence_stdout()
         return 128 + signal.SIGPIPE
+    except ServerCannotStartError as error:  # one sentence with the path and the fix; nothing was left running
+        print(f"error: {error}", file=sys.stderr)
+        return 2
 
 
 def _demo() -> int:

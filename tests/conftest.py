@@ -13,17 +13,22 @@ from collections.abc import Iterator
 
 import pytest
 
-from fireflow_local.postgres import LocalPostgres
+from fireflow_local.postgres import LocalPostgres, ServerCannotStartError
 
 pytest_plugins = ["tests.kube.plugin", "tests.otlp"]
 
 
 @pytest.fixture(scope="session")
 def postgres() -> Iterator[LocalPostgres]:
-    server = LocalPostgres(max_connections=300)
-    server.start()
-    yield server
-    server.stop()
+    try:
+        server = LocalPostgres(max_connections=300).start()
+    except ServerCannotStartError as error:
+        failure = str(error)  # one sentence naming the path and the fix, not a traceback per test
+    else:
+        yield server
+        server.stop()
+        return
+    pytest.fail(failure, pytrace=False)
 
 
 @pytest.fixture

@@ -277,9 +277,11 @@ class Kube:
         return [sts for sts in listed if sts.metadata is not None]
 
     def scale_to_zero(self, namespace: str, name: str) -> None:
-        """Scale a StatefulSet to no replicas; one deleted meanwhile (by the namespace going) is not an error."""
+        """Scale a StatefulSet to no replicas; one deleted meanwhile (by the namespace going) is not an error.
+        A patch of the StatefulSet itself, not of its /scale: the admission policies see its labels there (a
+        Scale carries none), so the operator's rights cannot size anyone else's."""
         try:
-            self.apps.patch_namespaced_stateful_set_scale(name, namespace, {"spec": {"replicas": 0}})
+            self.apps.patch_namespaced_stateful_set(name, namespace, {"spec": {"replicas": 0}})
         except ApiException as err:
             if err.status != 404:
                 raise

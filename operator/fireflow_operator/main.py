@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import logging
+import os
 import socket
 import sys
 
@@ -12,7 +13,7 @@ from fireflow_contract import logformat, telemetry
 from fireflow_contract.explain import bind_error
 from fireflow_contract.version import version_line
 from fireflow_operator.leadership import Leadership, StandbyHealth
-from fireflow_operator.settings import OperatorSettings, SettingsError, load_settings
+from fireflow_operator.settings import OperatorSettings, SettingsError, load_settings, unknown_variable_warnings
 
 log = logging.getLogger("fireflow.operator")
 
@@ -82,6 +83,8 @@ def _start_problem(settings: OperatorSettings) -> str | None:
 
 def main(argv: list[str] | None = None) -> int:
     _parser().parse_args(argv)  # `--help` prints and exits 0; any argument is an error (exit 2)
+    for line in unknown_variable_warnings(os.environ):  # first: it may explain the problem below
+        logformat.early_error(line, level=logging.WARNING)
     try:
         settings = load_settings()
     except SettingsError as err:

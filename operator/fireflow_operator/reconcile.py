@@ -84,7 +84,7 @@ class Reconciler:
         secrets = SecretReads(self.kube, pool.namespace)  # each read once: the operator never watches Secrets
         if refusal is None and self.settings.require_shared_secrets:
             labels = {name: secrets.labels(name) for name in policy.secrets_used(spec)}
-            refusal = policy.unshared_secret(pool.namespace, labels)
+            refusal = policy.unshared_secret(spec, pool.namespace, labels)
         if refusal is not None:
             draft.blocked(refusal.reason, refusal.message)
             return

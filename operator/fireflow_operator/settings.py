@@ -11,8 +11,11 @@ from typing import Annotated, Any, Literal
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationError, model_validator
 
 from fireflow_contract.logformat import LOG_FORMAT_ENV, LogFormat
+from fireflow_contract.variable_names import nearest
 from fireflow_operator.api.k8s_types import ResourceRequirements
 from fireflow_operator.api.model import DEFAULT_MIGRATION_RESOURCES, DEFAULT_WORKER_RESOURCES
+
+OWN_PREFIX = "FIREFLOW_OPERATOR_"
 
 
 class SettingsError(Exception):
@@ -143,3 +146,15 @@ def load_settings(environ: Mapping[str, str] | None = None) -> OperatorSettings:
             raise SettingsError(str(first["msg"]).removeprefix("Value error, ")) from None
         alias = str(first["loc"][0])
         raise SettingsError(f"invalid {alias}={values.get(alias, '')!r}: {first['msg']}") from None
+
+
+def unknown_variable_warnings(environ: Mapping[str, str]) -> list[str]:
+    """One line per `FIREFLOW_OPERATOR_*` variable the operator does not read, with the nearest name it reads."""
+    known = {info.alias for info in OperatorSettings.model_fields.values() if info.alias}
+    lines = []
+    for name in sorted(environ):
+        if name.startswith(OWN_PREFIX) and name not in known:
+            guess = nearest(name, known)
+            fix = f"did you mean {guess}?" if guess else "`fireflow-operator --help` lists the variables it reads"
+            lines.append(f"{name} is not a variable the operator reads and is ignored: {fix}")
+    return lines

@@ -35,7 +35,6 @@ NAMESPACED_RULES: set[tuple[str, str, str]] = {
     *(("fireflow.persistent.ai", "fireflowworkerpools/status", v) for v in ("get", "patch", "update")),
     ("fireflow.persistent.ai", "fireflowworkerpools/finalizers", "update"),
     *(("apps", "statefulsets", v) for v in ("get", "list", "watch", "create", "update", "patch", "delete")),
-    ("apps", "statefulsets/scale", "patch"),
     *(("", "services", v) for v in ("get", "list", "watch", "create")),
     *(("policy", "poddisruptionbudgets", v) for v in ("get", "list", "watch", "create", "patch", "delete")),
     *(("batch", "jobs", v) for v in ("get", "list", "watch", "create", "delete")),
@@ -90,12 +89,15 @@ def template(
     namespace: str = "fireflow-system",
     show_only: str | None = None,
     api_versions: tuple[str, ...] = SERVED_APIS,
+    skip_schema: bool = False,
 ) -> str:
+    """`helm template`; `skip_schema` renders what values.schema.json would refuse (to see what it refuses)."""
     only = ["--show-only", show_only] if show_only else []
     apis = [arg for api in api_versions for arg in ("--api-versions", api)]
+    skip = ["--skip-schema-validation"] if skip_schema else []
     return helm(
         "template", release, str(CHART_DIR), "--namespace", namespace, "--kube-version", KUBE_VERSION, *only,
-        *apis, values=values, tmp=tmp,
+        *apis, *skip, values=values, tmp=tmp,
     )  # fmt: skip
 
 
@@ -106,9 +108,12 @@ def render(
     release: str = "ff",
     namespace: str = "fireflow-system",
     api_versions: tuple[str, ...] = SERVED_APIS,
+    skip_schema: bool = False,
 ) -> list[Json]:
     """Every object `helm template` renders, parsed."""
-    text = template(tmp, values, release=release, namespace=namespace, api_versions=api_versions)
+    text = template(
+        tmp, values, release=release, namespace=namespace, api_versions=api_versions, skip_schema=skip_schema
+    )
     return [doc for doc in yaml.safe_load_all(text) if doc]
 
 

@@ -101,6 +101,12 @@ def _statefulset(pool: Pool, change: Callable[[Json], None]) -> Json:
     return body
 
 
+def _job(pool: Pool, change: Callable[[Json], None]) -> Json:
+    body = build_migration_job(pool, mode="plan", image="fireflow-worker:1", target="t", round_=1, database_label="d")
+    change(body)
+    return body
+
+
 def _pod_spec(body: Json) -> Json:
     spec: Json = body["spec"]["template"]["spec"]
     return spec
@@ -159,6 +165,37 @@ def test_should_let_the_operator_write_only_what_it_builds(
     orphan_service["metadata"]["ownerReferences"] = []
     everyone = build_network_policy(pool)
     everyone["spec"]["podSelector"] = {}
+    payments = {"matchLabels": {"app": "payments"}}
+
+    def service(change: Json) -> Callable[[], Any]:
+        body = build_headless_service(pool)
+        body["spec"].update(change)
+        return dry(core.create_namespaced_service, body)
+
+    def other_pods(body: Json) -> None:  # a selector over someone else's pods (the template must match it)
+        body["spec"]["selector"] = payments
+        body["spec"]["template"]["metadata"]["labels"].update(payments["matchLabels"])
+
+    def unlabelled_pods(body: Json) -> None:
+        body["spec"]["template"]["metadata"]["labels"] = dict(body["spec"]["selector"]["matchLabels"])
+
+    def claim(body: Json) -> None:
+        body["spec"]["volumeClaimTemplates"] = [{"metadata": {"name": "data"}, "spec": {
+            "accessModes": ["ReadWriteOnce"], "volumeName": "someone-elses", "resources": {"requests": {
+                "storage": "1Gi"}}}}]  # fmt: skip
+
+    def own_selector(body: Json) -> None:
+        body["spec"]["manualSelector"] = True
+        body["spec"]["selector"] = payments
+        body["spec"]["template"]["metadata"]["labels"].update(payments["matchLabels"])
+
+    other_pdb = build_pdb(pool)
+    other_pdb["spec"]["selector"] = payments
+
+    def pod_security(**fields: Any) -> Callable[[], Any]:  # the pod's own security context
+        return create_sts(_statefulset(pool, lambda b: _pod_spec(b)["securityContext"].update(fields)))
+
+    unlabelled_sts = _statefulset(pool, lambda b: b["metadata"].update(labels={"app": "mine"}))
     refused = {
         "a NetworkPolicy over other pods": (dry(networking.create_namespaced_network_policy, everyone),
                                             "may select only the pods of their own pool"),
@@ -191,6 +228,53 @@ def test_should_let_the_operator_write_only_what_it_builds(
                                                 "may only write objects it manages"),
         "a Service no pool owns": (dry(core.create_namespaced_service, orphan_service),
                                    "must be controlled by the FireflowWorkerPool"),
+        "a StatefulSet without the operator's labels": (create_sts(unlabelled_sts),
+                                                        "may only write objects it manages"),
+        "a StatefulSet over other pods": (create_sts(_statefulset(pool, other_pods)),
+                                          "StatefulSets may select only their own pool's workers"),
+        "pods without the pool's labels": (create_sts(_statefulset(pool, unlabelled_pods)),
+                                           "pods must carry its labels"),
+        "a StatefulSet claiming a volume": (create_sts(_statefulset(pool, claim)), "may not claim volumes"),
+        "a privileged Job pod": (
+            dry(batch.create_namespaced_job, _job(pool, lambda b: _container_security(b).update(
+                privileged=True, allowPrivilegeEscalation=True))),
+            "containers must run restricted"),
+        "a Job pod with a token": (
+            dry(batch.create_namespaced_job,
+                _job(pool, lambda b: _pod_spec(b).update(automountServiceAccountToken=True))),
+            "may not mount a service-account token"),
+        "a Job choosing its own selector": (dry(batch.create_namespaced_job, _job(pool, own_selector)),
+                                            "may not choose their own selector"),
+        "a PDB over other pods": (dry(PolicyV1Api(as_operator).create_namespaced_pod_disruption_budget, other_pdb),
+                                  "PodDisruptionBudgets may select only their own pool's workers"),
+        "a LoadBalancer Service": (service({"type": "LoadBalancer", "clusterIP": ""}), "Services must be headless"),
+        "a NodePort Service": (service({"type": "NodePort", "clusterIP": ""}), "Services must be headless"),
+        "a Service with external IPs": (service({"clusterIP": "", "externalIPs": ["203.0.113.7"]}),
+                                        "Services must be headless"),
+        "a Service over other pods": (service({"selector": payments["matchLabels"]}), "Services must be headless"),
+        "a pod with a host port": (
+            create_sts(_statefulset(pool, lambda b: _pod_spec(b)["containers"][0]["ports"][0].update(hostPort=8080))),
+            "may not use host ports"),
+        "a pod probing another host": (
+            create_sts(_statefulset(pool, lambda b: _pod_spec(b)["containers"][0]["livenessProbe"]["httpGet"].update(
+                host="169.254.169.254"))),
+            "probes of another host"),
+        "a pod with sysctls": (pod_security(sysctls=[{"name": "kernel.msgmax", "value": "65536"}]),
+                               "may not set sysctls"),
+        "an SELinux pod": (pod_security(seLinuxOptions={"type": "spc_t"}), "may not set sysctls, SELinux"),
+        "a pod as uid 0": (pod_security(runAsUser=0), "uid 0"),
+        "an Unconfined seccomp pod": (pod_security(seccompProfile={"type": "Unconfined"}),
+                                      "or an Unconfined seccomp or AppArmor profile"),
+        "an Unconfined seccomp container": (
+            create_sts(_statefulset(pool, lambda b: _container_security(b).update(
+                seccompProfile={"type": "Unconfined"}))),
+            "containers must run restricted"),
+        "a container as uid 0": (create_sts(_statefulset(pool, lambda b: _container_security(b).update(runAsUser=0))),
+                                 "containers must run restricted"),
+        "a container adding SYS_ADMIN": (
+            create_sts(_statefulset(pool, lambda b: _container_security(b).update(
+                capabilities={"drop": ["ALL"], "add": ["SYS_ADMIN"]}))),
+            "containers must run restricted"),
     }  # fmt: skip
     messages = {what: _refusal(write) for what, (write, _) in refused.items()}
     for what, (_, expected) in refused.items():
@@ -205,13 +289,32 @@ def test_should_let_the_operator_write_only_what_it_builds(
     assert message is not None and "may not take over an object it did not create" in message
     message = _refusal(lambda: apps.delete_namespaced_stateful_set("theirs", ns))
     assert message is not None and "may only write objects it manages" in message
+    message = _refusal(lambda: apps.patch_namespaced_stateful_set("theirs", ns, {"spec": {"replicas": 0}}))
+    assert message is not None and "may only write objects it manages" in message  # scaled only through itself
+    secret: Any = {"metadata": {"name": "theirs"}, "stringData": {"password": "theirs"}}
+    rawapi.call(CoreV1Api(kube_api).create_namespaced_secret, ns, secret)
+    message = _refusal(lambda: core.patch_namespaced_secret("theirs", ns, {"stringData": {"password": "mine"}}))
+    assert message is not None and "may only write objects it manages" in message
+    relabel = {
+        "metadata": {"labels": copy["metadata"]["labels"], "ownerReferences": copy["metadata"]["ownerReferences"]}
+    }
+    message = _refusal(lambda: core.patch_namespaced_secret("theirs", ns, relabel))
+    assert message is not None and "may not take over an object it did not create" in message
+    message = _refusal(lambda: core.delete_namespaced_secret("theirs", ns))
+    assert message is not None and "may only write objects it manages" in message
 
 
-def test_should_not_let_the_operator_create_pods_or_list_secrets(as_operator: ApiClient, kube_namespace: str) -> None:
+def test_should_not_let_the_operator_create_pods_list_secrets_or_scale(
+    as_operator: ApiClient, kube_namespace: str
+) -> None:
+    """RBAC alone: no pods, no Secret listing, and no /scale of a StatefulSet (its Scale carries no labels for
+    the policies to check: the operator scales its own through the StatefulSet)."""
     core = CoreV1Api(as_operator)
     pod: Any = {"metadata": {"name": "p"}, "spec": {"containers": [{"name": "c", "image": "i"}]}}
+    apps, scale = AppsV1Api(as_operator), {"spec": {"replicas": 0}}
     for write in (lambda: core.create_namespaced_pod(kube_namespace, pod, dry_run="All"),
-                  lambda: core.list_namespaced_secret(kube_namespace)):  # fmt: skip
+                  lambda: core.list_namespaced_secret(kube_namespace),
+                  lambda: apps.patch_namespaced_stateful_set_scale("any", kube_namespace, scale)):  # fmt: skip
         with pytest.raises(ApiException) as refused:
             write()
         assert refused.value.status == 403

@@ -33,6 +33,19 @@ SCHEMA_REJECTS = [
     ({"image": {"pullPolicy": "Sometimes"}}, "at '/image/pullPolicy': value must be one of"),
     ({"metrics": {"serviceMonitor": {"interval": "often"}}}, "at '/metrics/serviceMonitor/interval'"),
     ({"resources": {"request": {"cpu": "1"}}}, "at '/resources': additional properties 'request' not allowed"),
+    # The operator's pod stays within the restricted Pod Security Standard (test_chart_pod_security.py).
+    ({"securityContext": {"privileged": True}}, "at '/securityContext/privileged': value must be false"),
+    ({"securityContext": {"allowPrivilegeEscalation": None}},
+     "at '/securityContext': missing property 'allowPrivilegeEscalation'"),
+    ({"securityContext": {"capabilities": {"drop": ["NET_RAW"]}}},
+     "at '/securityContext/capabilities/drop': no items match contains schema"),
+    ({"securityContext": {"capabilities": {"drop": ["ALL"], "add": ["SYS_ADMIN"]}}},
+     "at '/securityContext/capabilities/add/0': value must be 'NET_BIND_SERVICE'"),
+    ({"podSecurityContext": {"runAsUser": 0}}, "at '/podSecurityContext/runAsUser': minimum: got 0, want 1"),
+    ({"podSecurityContext": {"seccompProfile": {"type": "Unconfined"}}},
+     "at '/podSecurityContext/seccompProfile/type': value must be one of 'RuntimeDefault', 'Localhost'"),
+    ({"podSecurityContext": {"sysctls": [{"name": "kernel.msgmax", "value": "1"}]}},
+     "at '/podSecurityContext/sysctls/0/name': value must be one of"),
 ]  # fmt: skip
 
 TEMPLATE_REJECTS = [
@@ -41,6 +54,12 @@ TEMPLATE_REJECTS = [
      "metrics.serviceMonitor.enabled needs metrics.enabled"),
     ({"podLabels": {"app.kubernetes.io/instance": "other"}}, "podLabels may not set app.kubernetes.io/instance"),
     ({"image": {"tag": "1.0", "digest": "sha256:" + "0" * 64}}, "set image.tag or image.digest, not both"),
+    ({"serviceAccount": {"create": False, "name": "default"}}, "serviceAccount.name may not be default: the "
+     "operator's rules would be bound to the namespace's default ServiceAccount, and every pod there would get them"),
+    ({"serviceAccount": {"name": "default"}}, "serviceAccount.name may not be default"),
+    ({"podAnnotations": {"container.apparmor.security.beta.kubernetes.io/operator": "unconfined"}},
+     "podAnnotations may not set container.apparmor.security.beta.kubernetes.io/operator: choose AppArmor and "
+     "seccomp profiles with appArmorProfile and seccompProfile in securityContext or podSecurityContext"),
 ]  # fmt: skip
 
 

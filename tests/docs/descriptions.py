@@ -29,7 +29,9 @@ WORKER_ENV: dict[str, str] = {
     ),
     "DBOS_WORKER_CONCURRENCY": (
         "Most runs one process executes at once from `fireflow-executions`; half of it (at least 1) for "
-        "`fireflow-executions-background`."
+        "`fireflow-executions-background`. Per process, whatever the processes per pod: on 2026-12-06 a lower "
+        "value cost CPU per run even for flows that wait on nothing (8: 1.13-1.53x, see "
+        "[Benchmarks](benchmarks-pure-nodes.md#where-the-rest-goes-2026-12-06))."
     ),
     "DBOS_QUEUE_CONCURRENCY": (
         "Most runs of both execution queues at once across all workers; `0` = no cap (DBOS's `None`: "

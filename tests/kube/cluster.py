@@ -60,7 +60,7 @@ def wait_until_established(api: ApiextensionsV1Api, name: str, timeout: float) -
         except (ApiException, urllib3.exceptions.HTTPError, OSError) as error:  # refused, timed out, reset
             last = f"reading it failed: {getattr(error, 'reason', None) or error}"
         else:
-            conditions = {c["type"]: c for c in crd.get("status", {}).get("conditions", [])}
+            conditions = {c["type"]: c for c in (crd.get("status") or {}).get("conditions") or []}
             if conditions.get("Established", {}).get("status") == "True":
                 return
             last = "; ".join(f"{t}={c['status']} ({c.get('message', '')})" for t, c in conditions.items()) or "none"

@@ -159,10 +159,12 @@ def psa_check() -> Path:
     return path
 
 
-def restricted_verdicts(templates: list[tuple[str, Json]]) -> dict[str, str | None]:
-    """name -> None when the restricted profile (latest) admits the template, else why not, in PSA's words."""
+def restricted_verdicts(templates: list[tuple[str, Json]], version: str = "latest") -> dict[str, str | None]:
+    """name -> None when the restricted profile (of `version`: latest, or v1.<minor>) admits the template, else
+    why not, in PSA's words."""
     payload = json.dumps([{"name": name, "template": template} for name, template in templates])
-    result = subprocess.run([str(psa_check())], input=payload, capture_output=True, text=True, timeout=300, check=False)
+    argv = [str(psa_check()), "-version", version]
+    result = subprocess.run(argv, input=payload, capture_output=True, text=True, timeout=300, check=False)
     assert result.returncode == 0, result.stderr
     verdicts = [json.loads(line) for line in result.stdout.splitlines()]
     assert [v["name"] for v in verdicts] == [name for name, _ in templates]

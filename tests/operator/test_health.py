@@ -85,11 +85,13 @@ def test_should_say_a_container_cannot_be_configured(
     kube_api: ApiClient, kube_namespace: str, operator: OperatorProcess, pool_database: str
 ) -> None:
     create_secret(kube_api, kube_namespace, pool_database)
-    missing = {"name": "TOKEN", "valueFrom": {"secretKeyRef": {"name": "no-such-secret", "key": "t"}}}
+    # A shared Secret without the key (a missing Secret is refused before anything is built: test_security.py).
+    create_secret(kube_api, kube_namespace, pool_database, name="tokens")
+    missing = {"name": "TOKEN", "valueFrom": {"secretKeyRef": {"name": "tokens", "key": "t"}}}
     create_pool(kube_api, kube_namespace, "pool", replicas=1, env=[missing])
     pool = wait_for_pool(kube_api, kube_namespace, "pool", "the config error",
                          _degraded_by(("CreateContainerConfigError",)))  # fmt: skip
-    assert 'secret "no-such-secret" not found' in condition(pool, "Degraded")["message"]
+    assert f"couldn't find key t in Secret {kube_namespace}/tokens" in condition(pool, "Degraded")["message"]
 
 
 def test_should_say_the_statefulset_cannot_create_pods(

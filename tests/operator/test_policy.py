@@ -75,9 +75,8 @@ def test_should_use_only_secrets_their_owner_shared() -> None:
     spec = _spec(env=[{"name": "TOKEN", "valueFrom": {"secretKeyRef": {"name": "api", "key": "t"}}}])
     assert policy.secrets_used(spec) == ["db", "api"]
     shared = {policy.SHARED_SECRET_LABEL: "true"}
-    assert policy.unshared_secret("team", {"db": shared, "api": shared}) is None
-    assert policy.unshared_secret("team", {"db": shared, "api": None}) is None  # missing: reported elsewhere
-    refusal = policy.unshared_secret("team", {"db": shared, "api": {}})
+    assert policy.unshared_secret(spec, "team", {"db": shared, "api": shared}) is None
+    refusal = policy.unshared_secret(spec, "team", {"db": shared, "api": {}})
     assert refusal is not None and refusal.reason == "SecretNotShared"
     assert refusal.message == (
         "Secret 'api' is not shared with pools: whoever may write Secrets in namespace team shares it with: "
@@ -85,10 +84,27 @@ def test_should_use_only_secrets_their_owner_shared() -> None:
     )
 
 
+def test_should_treat_a_missing_secret_as_not_shared_but_the_databases_as_missing() -> None:
+    """Pods start without an optional env Secret or a pull Secret: one created later, unlabelled, would be
+    theirs. The database URL's Secret is reported as SecretMissing where it is read (nothing starts without it)."""
+    optional = {"name": "TOKEN", "valueFrom": {"secretKeyRef": {"name": "api", "key": "t", "optional": True}}}
+    spec = _spec(env=[optional], imagePullSecrets=[{"name": "registry"}])
+    shared = {policy.SHARED_SECRET_LABEL: "true"}
+    assert policy.unshared_secret(spec, "team", {"db": None, "api": shared, "registry": shared}) is None
+    for missing in ("api", "registry"):
+        refusal = policy.unshared_secret(spec, "team", {"db": shared, "api": shared, "registry": shared, missing: None})
+        assert refusal is not None and refusal.reason == "SecretNotShared"
+        assert refusal.message == (
+            f"Secret {missing!r} does not exist in namespace team, so it is not shared with pools: create it and "
+            f"share it with: kubectl -n team label secret {missing} fireflow.persistent.ai/usable-by-pools=true "
+            "(or remove it from the pool's spec)"
+        )
+
+
 def test_should_use_only_pull_secrets_their_owner_shared() -> None:
     spec = _spec(imagePullSecrets=[{"name": "registry"}, {"name": "db"}])
     assert policy.secrets_used(spec) == ["db", "registry"]
-    refusal = policy.unshared_secret("team", {"db": {policy.SHARED_SECRET_LABEL: "true"}, "registry": {}})
+    refusal = policy.unshared_secret(spec, "team", {"db": {policy.SHARED_SECRET_LABEL: "true"}, "registry": {}})
     assert refusal is not None and refusal.message.startswith("Secret 'registry' is not shared with pools: ")
 
 

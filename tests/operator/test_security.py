@@ -81,6 +81,33 @@ def test_should_not_use_a_secret_its_owner_did_not_share(
     _nothing_leaked(kube_api, kube_namespace, operator)
 
 
+def test_should_not_start_a_pool_on_a_secret_that_does_not_exist_yet(
+    kube_api: ApiClient, kube_namespace: str, as_pool_author: ApiClient, operator: OperatorProcess, pool_database: str
+) -> None:
+    """An optional env Secret or a pull Secret that does not exist would not stop the pods, and whoever
+    creates it later, unlabelled, would hand it to them: it counts as not shared, until it is."""
+    create_secret(kube_api, kube_namespace, pool_database)
+    optional = {"name": "TOKEN", "valueFrom": {"secretKeyRef": {"name": "later", "key": "t", "optional": True}}}
+    _create_as(as_pool_author, kube_namespace, "pool", replicas=1, env=[optional])
+    _create_as(as_pool_author, kube_namespace, "pulls", replicas=1, imagePullSecrets=[{"name": "registry"}])
+    for name, secret in (("pool", "later"), ("pulls", "registry")):
+        pool = wait_for_pool(kube_api, kube_namespace, name, "refused",
+                             lambda p: condition(p, "Degraded").get("reason") == "SecretNotShared")  # fmt: skip
+        assert condition(pool, "Degraded")["message"] == (
+            f"Secret {secret!r} does not exist in namespace {kube_namespace}, so it is not shared with pools: "
+            f"create it and share it with: kubectl -n {kube_namespace} label secret {secret} "
+            "fireflow.persistent.ai/usable-by-pools=true (or remove it from the pool's spec)"
+        )
+    assert not AppsV1Api(kube_api).list_namespaced_stateful_set(kube_namespace).items
+    # Created unlabelled, it is still not the pool's.
+    unlabelled: Any = {"metadata": {"name": "later"}, "stringData": {"t": "token"}}
+    CoreV1Api(kube_api).create_namespaced_secret(kube_namespace, unlabelled)
+    pool = wait_for_pool(kube_api, kube_namespace, "pool", "refused as unshared",
+                         lambda p: "is not shared" in condition(p, "Degraded").get("message", ""))  # fmt: skip
+    assert condition(pool, "Degraded")["reason"] == "SecretNotShared"
+    assert not AppsV1Api(kube_api).list_namespaced_stateful_set(kube_namespace).items
+
+
 def test_should_never_echo_what_a_secret_holds(
     kube_api: ApiClient, kube_namespace: str, as_pool_author: ApiClient, operator: OperatorProcess
 ) -> None:

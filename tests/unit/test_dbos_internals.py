@@ -79,6 +79,7 @@ SIGNATURES: dict[str, str] = {
     "dbos._migration.run_dbos_migrations": (
         "(engine: sqlalchemy.engine.base.Engine, schema: str, use_listen_notify: bool) -> None"
     ),
+    "dbos._migration.ensure_dbos_schema": "(engine: sqlalchemy.engine.base.Engine, schema: str) -> None",
     "dbos._serialization.deserialize_value": (
         "(serialized_value: 'Optional[str]', serialization: 'Optional[str]', serializer: 'Serializer') "
         "-> 'Optional[Any]'"

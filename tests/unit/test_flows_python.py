@@ -3,6 +3,7 @@ they raise fails the node."""
 
 from __future__ import annotations
 
+import importlib
 import re
 import time
 from typing import Any
@@ -10,6 +11,7 @@ from typing import Any
 import pytest
 
 from fireflow_worker.flows.nodes import PythonNode
+from fireflow_worker.flows.nodes import python as python_node
 from fireflow_worker.flows.nodes.python import PythonParams
 from fireflow_worker.flows.nodetype import AnyNodeType, NodeContext, NodeError, parse_params, run_node
 
@@ -144,3 +146,32 @@ def test_should_refuse_an_output_that_is_not_json(monkeypatch: pytest.MonkeyPatc
     monkeypatch.setenv("FIREFLOW_PYTHON_NODE_MODULES", CALLABLES)
     with pytest.raises(NodeError, match="is not JSON"):
         run(PythonNode, {"function": f"{CALLABLES}:returns_a_set"})
+
+
+def test_should_check_and_resolve_a_function_once_per_allow_list_not_at_every_attempt(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    imports: list[str] = []
+    real_import = importlib.import_module
+
+    def counted_import(name: str, package: str | None = None) -> Any:
+        imports.append(name)
+        return real_import(name, package)
+
+    monkeypatch.setattr(importlib, "import_module", counted_import)
+    python_node.resolve_function.cache_clear()
+    monkeypatch.setenv("FIREFLOW_PYTHON_NODE_MODULES", CALLABLES)
+    for who in ("Ada", "Grace", "Linus"):
+        assert run(PythonNode, {"function": f"{CALLABLES}:greet", "kwargs": {"who": who}}) == f"hello {who}"
+    assert imports == [CALLABLES]
+    # Another allow-list is checked afresh, and what it refuses is refused at every attempt.
+    monkeypatch.setenv("FIREFLOW_PYTHON_NODE_MODULES", "json")
+    for _ in range(2):
+        with pytest.raises(NodeError, match="is not allowed by FIREFLOW_PYTHON_NODE_MODULES, which allows json"):
+            run(PythonNode, {"function": f"{CALLABLES}:greet", "kwargs": {"who": "Ada"}})
+    # A function that could not be imported is tried again (not remembered as missing).
+    monkeypatch.setenv("FIREFLOW_PYTHON_NODE_MODULES", f"{CALLABLES},json")
+    for _ in range(2):
+        with pytest.raises(NodeError, match="cannot be imported"):
+            run(PythonNode, {"function": "json:nope"})
+    assert imports == [CALLABLES, "json", "json"]

@@ -6,6 +6,9 @@ directory put on sys.path, which is what importlib.metadata reads for an install
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
 import time
 import uuid
 from pathlib import Path
@@ -126,6 +129,34 @@ def test_should_fail_clearly_when_an_entry_point_cannot_be_imported(
         tmp_path, monkeypatch, "broken-nodes", {"boom": "ShoutNode"}, source="raise OSError('gone')"
     )
     registry_error(f"cannot load entry point 'boom' = '{module}:ShoutNode' of broken-nodes 1.0: OSError: gone")
+
+
+def test_should_refuse_to_start_a_worker_with_a_broken_entry_point(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """At start, before the database: not at its first run, in each of its run threads."""
+    install_plugin(tmp_path, monkeypatch, "broken-nodes", {"boom": "ShoutNode"}, source="raise OSError('gone')")
+    env = {key: value for key, value in os.environ.items() if not key.startswith(("FIREFLOW_", "DBOS_"))}
+    env |= {
+        "PYTHONPATH": str(tmp_path / "broken-nodes"),
+        "DATABASE_URL_EXECUTIONS": "postgresql://fireflow@127.0.0.1:1/nowhere",  # never reached
+        "FIREFLOW_HEALTH_HOST": "127.0.0.1",
+        "FIREFLOW_HEALTH_PORT": "0",
+        "FIREFLOW_WORKER_PROCESSES": "1",
+    }
+    worker = subprocess.run(
+        [str(Path(sys.executable).with_name("fireflow-worker"))],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert worker.returncode == 1, worker.stderr
+    said = worker.stdout + worker.stderr
+    assert "cannot start: cannot load entry point 'boom'" in said, said
+    assert "OSError: gone; fix or uninstall the package that declares it" in said
+    assert "nothing accepts connections" not in said and "Traceback" not in said
 
 
 def test_should_fail_clearly_when_an_entry_point_names_a_missing_attribute(

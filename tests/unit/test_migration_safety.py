@@ -59,11 +59,3 @@ def test_should_call_safe_what_older_workers_do_not_notice(sql: str) -> None:
 def test_should_split_statements_outside_function_bodies_and_comments() -> None:
     sql = "-- a comment; with a semicolon\nCREATE FUNCTION f() AS $$ SELECT 1; SELECT 2; $$;\nSELECT 3;"
     assert statements(sql) == ["CREATE FUNCTION f() AS $$body$$", "SELECT 3"]
-
-
-def test_should_say_in_the_plan_whether_the_step_is_online_safe(database_url: str) -> None:
-    fresh = migrate.plan(database_url)  # a new database: no worker on it that a step could disturb
-    assert (fresh.migration_needed, fresh.online_safe, fresh.unsafe) == (True, True, None)
-    assert migrate.apply(database_url).result == "ok"
-    done = migrate.plan(database_url)
-    assert (done.migration_needed, done.online_safe, done.unsafe) == (False, True, None)

@@ -8,7 +8,9 @@ import pytest
 from pydantic import ValidationError
 
 from fireflow_contract import executor_ids
+from fireflow_contract.executor_ids import processes_for_cpu_limit
 from fireflow_operator.api import names
+from fireflow_operator.api.k8s_types import cpu_cores
 from fireflow_operator.api.model import RESERVED_ENV, parse_spec, worker_processes
 from fireflow_operator.capacity.scaling import plan_replicas
 from fireflow_operator.children.builders import Pool, build_migration_job, build_pdb, build_statefulset, wants_pdb
@@ -18,6 +20,7 @@ from fireflow_operator.kube import merge_patch
 from fireflow_operator.observability import metrics
 from fireflow_operator.observability.pool_metrics import pool_samples
 from fireflow_operator.pool_index import PoolIndex
+from fireflow_worker.processes import cgroup_cpu_limit
 
 SPEC = {"image": "fireflow-worker:1", "database": {"secretRef": {"name": "db"}}, "replicas": 3}
 
@@ -182,3 +185,11 @@ def test_should_publish_runs_not_recovered_as_a_series_when_the_finalizer_is_blo
     assert conditions_of(blocked) == {("Ready", "RunsNotRecovered", "0.0"), ("Degraded", "RunsNotRecovered", "1.0")}
     assert conditions_of(waiting) == {("Ready", "Deleting", "0.0")}
     assert blocked["replicas"] == 0 and status["conditions"] == [ready]  # the rest kept, the input untouched
+
+
+@pytest.mark.parametrize("limit", ["100m", "1", "1500m", "2", "2001m", 3, "64", "200"])
+def test_should_count_the_processes_a_worker_runs_for_its_cpu_limit_as_the_worker_does(limit: str | int) -> None:
+    # The worker reads its limit from the cgroup as cores (cpu.max quota / period); the operator from the spec.
+    quota = int(cpu_cores(str(limit)) * 100_000)
+    cores = cgroup_cpu_limit(f"{quota} 100000", None, None)
+    assert worker_processes(_pool(resources={"limits": {"cpu": limit}}).spec) == processes_for_cpu_limit(cores)

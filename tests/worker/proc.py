@@ -48,9 +48,15 @@ class WorkerProcess:
     def output(self) -> str:
         return self.log_path.read_text(errors="replace")
 
+    @property
+    def address(self) -> str:
+        """The health endpoint's host as a URL spells it (an IPv6 address in brackets)."""
+        host = self.env["FIREFLOW_HEALTH_HOST"]
+        return f"[{host}]" if ":" in host else host
+
     def get(self, path: str) -> tuple[int, str]:
         try:
-            with urllib.request.urlopen(f"http://127.0.0.1:{self.port}{path}", timeout=5) as response:
+            with urllib.request.urlopen(f"http://{self.address}:{self.port}{path}", timeout=5) as response:
                 return int(response.status), response.read().decode()
         except urllib.error.HTTPError as err:
             return int(err.code), err.read().decode()

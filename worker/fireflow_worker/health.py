@@ -7,6 +7,7 @@ during a database outage. `/readyz` is true from launch (queues registered) unti
 
 from __future__ import annotations
 
+import socket
 import threading
 from collections.abc import Callable
 from http import HTTPStatus
@@ -37,13 +38,24 @@ class HealthState:
         metrics.READY.set(0)
 
 
+class _IPv6Server(ThreadingHTTPServer):
+    address_family = socket.AF_INET6
+
+
+def http_server(host: str, port: int, handler: type[BaseHTTPRequestHandler]) -> ThreadingHTTPServer:
+    """A threaded HTTP server on an IPv4 or an IPv6 address (`::`: every address); the standard library's
+    server speaks IPv4 only."""
+    server = (_IPv6Server if ":" in host else ThreadingHTTPServer)((host, port), handler)
+    server.daemon_threads = True
+    return server
+
+
 class HealthServer:
     """Serves the three endpoints from a daemon thread."""
 
     def __init__(self, state: HealthState, host: str, port: int) -> None:
         handler = _handler_for(state)
-        self._server = ThreadingHTTPServer((host, port), handler)
-        self._server.daemon_threads = True
+        self._server = http_server(host, port, handler)
         self._thread = threading.Thread(target=self._server.serve_forever, name="health-server", daemon=True)
 
     @property

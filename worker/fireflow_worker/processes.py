@@ -13,10 +13,9 @@ connections at most.
 
 from __future__ import annotations
 
-import math
 from pathlib import Path
 
-from fireflow_contract.executor_ids import MAX_PROCESSES
+from fireflow_contract.executor_ids import processes_for_cpu_limit
 
 # Set by the supervisor for each worker process: a pipe on which the process writes the loopback port its
 # health server bound. The process binds port 0: a port chosen for it beforehand could be taken in between by
@@ -60,6 +59,4 @@ def default_processes() -> int:
         _read("/sys/fs/cgroup/cpu/cpu.cfs_quota_us") or _read("/sys/fs/cgroup/cpu,cpuacct/cpu.cfs_quota_us"),
         _read("/sys/fs/cgroup/cpu/cpu.cfs_period_us") or _read("/sys/fs/cgroup/cpu,cpuacct/cpu.cfs_period_us"),
     )
-    if limit is None:
-        return 1
-    return max(1, min(MAX_PROCESSES, math.ceil(limit - 1e-9)))
+    return processes_for_cpu_limit(limit)

@@ -34,6 +34,7 @@ from fireflow_worker.config import WorkerConfig
 from fireflow_worker.dbos_lines import DBOS_START_LINES
 from fireflow_worker.dispatcher import Dispatcher
 from fireflow_worker.flow_store import ProvisionCache
+from fireflow_worker.flows.registry import RegistryError, default_registry
 from fireflow_worker.health import HealthServer, HealthState
 from fireflow_worker.processes import HEALTH_PORT_FD_ENV
 from fireflow_worker.run_limits import RunLimits
@@ -269,6 +270,10 @@ def _sys_engine(dbos: DBOS) -> sa.Engine:
 
 
 def _launch(config: WorkerConfig) -> DBOS:
+    try:  # the node types, plugins' too, before the database: a broken one refuses the start, not every run
+        default_registry()
+    except RegistryError as err:
+        raise StartupError(f"{err}; fix or uninstall the package that declares it") from None
     dbos = DBOS(config=dbos_config(config))
     mask_logs([config.system_database_url])  # again: DBOS added its own handlers while constructing
     engine.SETTINGS.limits = RunLimits(

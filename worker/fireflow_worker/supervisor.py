@@ -32,7 +32,7 @@ from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from http import HTTPStatus
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from types import FrameType
 
 from prometheus_client import Metric
@@ -44,7 +44,7 @@ from fireflow_contract.executor_ids import child_executor_id
 from fireflow_contract.explain import bind_error
 from fireflow_contract.worker_variables import HEALTH_HOST, HEALTH_PORT
 from fireflow_worker.config import WorkerConfig
-from fireflow_worker.health import NOT_FOUND, Reply, probe_handler
+from fireflow_worker.health import NOT_FOUND, Reply, http_server, probe_handler
 from fireflow_worker.processes import HEALTH_PORT_FD_ENV, SUPERVISOR_PID_ENV
 
 log = logging.getLogger("fireflow.supervisor")
@@ -224,11 +224,10 @@ def run_supervisor(config: WorkerConfig, processes: int) -> int:
     signal.signal(signal.SIGTERM, on_signal)
     signal.signal(signal.SIGINT, on_signal)
     try:
-        server = ThreadingHTTPServer((config.health_host, config.health_port), _handler_for(supervisor))
+        server = http_server(config.health_host, config.health_port, _handler_for(supervisor))
     except OSError as err:
         log.error("cannot start: %s", bind_error(err, config.health_host, config.health_port, HEALTH_HOST, HEALTH_PORT))
         return 1
-    server.daemon_threads = True
     threading.Thread(target=server.serve_forever, name="health-server", daemon=True).start()
     log.info(
         "supervising %d worker processes (executors %s), health on port %d",

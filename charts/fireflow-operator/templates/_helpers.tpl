@@ -97,14 +97,10 @@ reconcile.py, kube.py, handlers.py) and what kopf does for it. The same list goe
   resources: ["fireflowworkerpools/finalizers"]
   verbs: ["update"]
 # The workers: a StatefulSet per application version, an old one deleted once the database shows none of its
-# runs left.
+# runs left; scaled to zero (a patch of spec.replicas, never /scale) when the pool is deleted.
 - apiGroups: ["apps"]
   resources: ["statefulsets"]
   verbs: ["get", "list", "watch", "create", "update", "patch", "delete"]
-# Scale to zero before a migration and when a pool is deleted.
-- apiGroups: ["apps"]
-  resources: ["statefulsets/scale"]
-  verbs: ["patch"]
 # The pool's headless Service.
 - apiGroups: [""]
   resources: ["services"]
@@ -158,6 +154,14 @@ Checks across values that values.schema.json cannot express; each fails with one
 {{- end }}
 {{- if and (not .Values.serviceAccount.create) (not .Values.serviceAccount.name) }}
 {{- fail "serviceAccount.create=false needs serviceAccount.name: the operator's rules would otherwise be bound to the namespace's default ServiceAccount, and every pod there would get them" }}
+{{- end }}
+{{- range $key, $_ := .Values.podAnnotations }}
+{{- if regexMatch "^(container\\.)?(apparmor|seccomp)\\.security\\.(alpha|beta)\\.kubernetes\\.io/" $key }}
+{{- fail (printf "podAnnotations may not set %s: choose AppArmor and seccomp profiles with appArmorProfile and seccompProfile in securityContext or podSecurityContext (the restricted Pod Security Standard allows RuntimeDefault and Localhost)" $key) }}
+{{- end }}
+{{- end }}
+{{- if eq .Values.serviceAccount.name "default" }}
+{{- fail "serviceAccount.name may not be default: the operator's rules would be bound to the namespace's default ServiceAccount, and every pod there would get them; name an account of its own" }}
 {{- end }}
 {{- if and .Values.image.digest .Values.image.tag }}
 {{- fail "set image.tag or image.digest, not both: the digest alone decides which image runs" }}

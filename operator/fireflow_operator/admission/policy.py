@@ -39,14 +39,26 @@ def secrets_used(spec: PoolSpec) -> list[str]:
     return names
 
 
-def unshared_secret(namespace: str, labels_by_secret: dict[str, dict[str, str] | None]) -> Refusal | None:
-    """The first existing Secret that its owner did not share with pools (None: every one was)."""
+def unshared_secret(
+    spec: PoolSpec, namespace: str, labels_by_secret: dict[str, dict[str, str] | None]
+) -> Refusal | None:
+    """The first Secret that its owner did not share with pools (None: every one was). A missing one is not
+    shared either: whoever creates it later, unlabelled, would hand it to the pods (an optional env
+    reference or a pull Secret does not stop them from starting). The database URL's own Secret, which
+    nothing starts without, is reported as missing where it is read."""
     for name, labels in labels_by_secret.items():
-        if labels is not None and (labels or {}).get(SHARED_SECRET_LABEL) != "true":
+        share = f"kubectl -n {namespace} label secret {name} {SHARED_SECRET_LABEL}=true"
+        if labels is None and name != spec.database.secret_ref.name:
+            return Refusal(
+                conditions.REASON_SECRET_NOT_SHARED,
+                f"Secret {name!r} does not exist in namespace {namespace}, so it is not shared with pools: "
+                f"create it and share it with: {share} (or remove it from the pool's spec)",
+            )
+        if labels is not None and labels.get(SHARED_SECRET_LABEL) != "true":
             return Refusal(
                 conditions.REASON_SECRET_NOT_SHARED,
                 f"Secret {name!r} is not shared with pools: whoever may write Secrets in namespace {namespace} "
-                f"shares it with: kubectl -n {namespace} label secret {name} {SHARED_SECRET_LABEL}=true",
+                f"shares it with: {share}",
             )
     return None
 

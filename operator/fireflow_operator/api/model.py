@@ -8,14 +8,13 @@ same rules are checked here too, for objects that predate a CRD upgrade.
 
 from __future__ import annotations
 
-import math
 from enum import StrEnum
 from typing import Annotated, Any
 
 from pydantic import ConfigDict, Field, model_validator
 
 from fireflow_contract import queues, worker_variables
-from fireflow_contract.executor_ids import MAX_PROCESSES
+from fireflow_contract.executor_ids import processes_for_cpu_limit
 from fireflow_operator.api.k8s_types import (
     DNS_SUBDOMAIN,
     ContainerSecurityContext,
@@ -74,6 +73,14 @@ class ImagePullPolicy(StrEnum):
     ALWAYS = "Always"
     IF_NOT_PRESENT = "IfNotPresent"
     NEVER = "Never"
+
+
+class BindAddress(StrEnum):
+    """Where the workers' endpoint listens. Only the wildcards: the kubelet probes the pod's own IP, which is
+    not known before the pod exists, and a loopback address would fail every probe."""
+
+    IPV4 = "0.0.0.0"  # noqa: S104 - every IPv4 address of the pod, which the kubelet's probes reach
+    ANY = "::"  # every address: IPv6, and IPv4 too where the node's kernel maps it (the Linux default)
 
 
 class LogLevel(StrEnum):
@@ -293,6 +300,11 @@ class PoolSpec(_Model):
         default_factory=lambda: NetworkPolicySpec.model_validate({}),
         description="An optional NetworkPolicy of the pool's pods.",
     )
+    bind_address: BindAddress = Field(
+        BindAddress.IPV4,
+        description="Address the workers' health and metrics endpoint (/healthz, /readyz, /metrics on port 8080) "
+        "binds to: 0.0.0.0 (every IPv4 address) or :: (every address, for IPv6 and dual-stack clusters).",
+    )
     resources: ResourceRequirements | None = Field(
         None,
         description="Worker container resources (requests/limits). Unset: the operator's default (docs/security.md).",
@@ -362,7 +374,7 @@ def worker_processes(spec: PoolSpec) -> int:
     if spec.dbos.worker_processes is not None:
         return spec.dbos.worker_processes
     limit = (spec.resources.limits or {}).get("cpu") if spec.resources is not None else None
-    return max(1, min(MAX_PROCESSES, math.ceil(cpu_cores(limit)))) if limit is not None else 1
+    return processes_for_cpu_limit(cpu_cores(limit) if limit is not None else None)
 
 
 def parse_spec(spec: dict[str, Any]) -> PoolSpec:

@@ -12,6 +12,7 @@ from fireflow_operator.api import names
 from fireflow_operator.api.model import (
     DEFAULT_MIGRATION_RESOURCES,
     DEFAULT_WORKER_RESOURCES,
+    BindAddress,
     PoolSpec,
     worker_processes,
 )
@@ -109,6 +110,8 @@ def worker_env(pool: Pool, application_version: str) -> list[dict[str, Any]]:
         # Decided here, not by each pod: the connection budget counts processes x (pool size + 1) per pod.
         worker_variables.PROCESSES: str(worker_processes(spec)),
     }
+    if spec.bind_address != BindAddress.IPV4:  # the worker's own default: pods of older pools stay as they were
+        plain[worker_variables.HEALTH_HOST] = spec.bind_address.value
     return [
         {"name": worker_variables.POD_NAME, "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}},
         {"name": worker_variables.POD_NAMESPACE, "valueFrom": {"fieldRef": {"fieldPath": "metadata.namespace"}}},
