@@ -339,6 +339,14 @@ class Kube:
             return self.pool_index.pools(lambda: self.list_pools_now(namespaces))
         return self.list_pools_now(namespaces)
 
+    def fleet_view(self, namespaces: list[str], name: str, build: Callable[[list[dict[str, Any]]], T]) -> T:
+        """What `build` makes of every pool: made once per change of the fleet when the operator runs (the pool
+        index keeps it), else from a LIST."""
+        if self.pool_index is not None:
+            self.pool_index.fill(lambda: self.list_pools_now(namespaces))
+            return self.pool_index.derived(name, build)
+        return build(self.list_pools_now(namespaces))
+
     def pool(self, namespace: str, name: str, namespaces: list[str]) -> dict[str, Any] | None:
         """One pool (None when it does not exist): as the watch last showed it once the operator runs."""
         if self.pool_index is not None:

@@ -14,10 +14,11 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Callable
-from typing import Any
+from typing import Any, TypeVar
 
 Key = tuple[str, str]  # (namespace, name)
 RELIST_SECONDS = 600.0
+T = TypeVar("T")
 
 
 def object_key(body: dict[str, Any]) -> Key:
@@ -40,6 +41,7 @@ class ObjectIndex:
         self._objects: dict[Key, dict[str, Any]] = {}
         self._deleted: dict[Key, int] = {}
         self._listed_at: float | None = None  # monotonic seconds of the last LIST
+        self.changes = 0  # how often what the index holds changed
 
     def observe(self, body: dict[str, Any], *, deleted: bool = False) -> bool:
         """One watch event's object (or one LIST item or write response): kept unless the index holds
@@ -51,16 +53,19 @@ class ObjectIndex:
                 return False
             if deleted:
                 self._deleted[key] = version
-                return self._objects.pop(key, None) is not None
+                gone = self._objects.pop(key, None) is not None
+                self.changes += gone
+                return gone
             self._objects[key] = body
             self._deleted.pop(key, None)
+            self.changes += 1
             return True
 
     def forget(self, key: Key) -> None:
         """The operator deleted the object: gone now, whatever an older event says later."""
         with self._lock:
             known = self._known_version(key)
-            self._objects.pop(key, None)
+            self.changes += self._objects.pop(key, None) is not None
             self._deleted[key] = known
 
     def _known_version(self, key: Key) -> int:
@@ -100,6 +105,7 @@ class ObjectIndex:
             for key in [k for k in self._objects if k not in present]:
                 if resource_version(self._objects[key]) <= newest:
                     self._deleted[key] = resource_version(self._objects.pop(key))
+                    self.changes += 1
             # A tombstone guards against a LIST that started before the deletion; later LISTs start after it.
             self._deleted = {k: v for k, v in self._deleted.items() if v > newest}
 
@@ -113,7 +119,26 @@ class ObjectIndex:
 
 
 class PoolIndex(ObjectIndex):
-    """Every pool the operator watches, other shards' too (the connection budget sees the whole fleet)."""
+    """Every pool the operator watches, other shards' too (the connection budget sees the whole fleet), and what
+    reconciles derive from all of them, derived again only once a pool changed: an idle fleet's reconciles
+    share one view instead of each walking every pool."""
+
+    def __init__(self, relist_seconds: float = RELIST_SECONDS) -> None:
+        super().__init__(relist_seconds)
+        self._derived: dict[str, tuple[int, Any]] = {}
+
+    def derived(self, name: str, build: Callable[[list[dict[str, Any]]], T]) -> T:
+        """`build(every pool)`, kept under `name` until the index changes. The pools must be filled."""
+        with self._lock:
+            changes, pools = self.changes, list(self._objects.values())
+            kept = self._derived.get(name)
+        if kept is not None and kept[0] == changes:
+            value: T = kept[1]
+            return value
+        value = build(pools)
+        with self._lock:
+            self._derived[name] = (changes, value)
+        return value
 
     def pools(self, list_all: Callable[[], list[dict[str, Any]]]) -> list[dict[str, Any]]:
         """Every pool; `list_all` is called on first use and every `relist_seconds`."""

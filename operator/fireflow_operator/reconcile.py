@@ -52,6 +52,13 @@ def pod_defaults(settings: OperatorSettings) -> PodDefaults:
     )
 
 
+def _worker_prefixes(pools: list[dict[str, Any]]) -> list[str]:
+    """The application_name prefixes of every known pool's workers (the budget does not count them as others)."""
+    return [
+        pool_connection_prefix(p["metadata"]["namespace"], names.statefulset_name(p["metadata"]["name"])) for p in pools
+    ]
+
+
 class Reconciler:
     def __init__(self, kube: Kube, settings: OperatorSettings) -> None:
         self.kube = kube
@@ -110,10 +117,7 @@ class Reconciler:
                 ctx.url,
                 spec.dbos.application_name,
                 timeout_seconds=self.settings.database_timeout_seconds,
-                pool_prefixes=[
-                    pool_connection_prefix(p["metadata"]["namespace"], names.statefulset_name(p["metadata"]["name"]))
-                    for p in pools
-                ],
+                pool_prefixes=self.kube.fleet_view(self.settings.namespaces, "worker connections", _worker_prefixes),
                 max_age_seconds=facts_max_age,
             )
         except DatabaseUnreachableError as err:
@@ -140,7 +144,10 @@ class Reconciler:
                 draft.blocked(refusal.reason, refusal.message)
                 return
         mine = queue_settings.on_database(body, spec)
-        refusal = queue_settings.conflict(mine, queue_settings.pools_on(facts.server, facts.database, pools, mine))
+        by_database = self.kube.fleet_view(self.settings.namespaces, "by database", queue_settings.pools_by_database)
+        refusal = queue_settings.conflict(
+            mine, queue_settings.pools_on(facts.server, facts.database, by_database, mine)
+        )
         if refusal is not None:
             draft.blocked(refusal.reason, refusal.message)
             return

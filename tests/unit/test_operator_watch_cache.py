@@ -8,7 +8,7 @@ from typing import Any
 
 from fireflow_operator.api import names
 from fireflow_operator.kube import changed_paths, merge_patch
-from fireflow_operator.pool_index import ObjectIndex
+from fireflow_operator.pool_index import ObjectIndex, PoolIndex
 from fireflow_operator.watch_cache import JOBS, PODS, STATEFULSETS, WatchCache
 from fireflow_operator.workqueue import PRIORITY, ReconcileQueue
 
@@ -110,3 +110,21 @@ def test_should_reconcile_a_spec_change_before_waiting_resyncs_and_each_pool_onc
 
     asyncio.run(scenario())
     assert started == [("busy", 2), ("changed", 0), ("r1", 1), ("r0", 2), ("r2", 2)]
+
+
+def test_should_derive_a_view_of_the_fleet_once_until_a_pool_changes() -> None:
+    index = PoolIndex()
+    index.fill(lambda: [_body("a", 1), _body("b", 2)])
+    built: list[int] = []
+
+    def names_of(pools: list[dict[str, Any]]) -> list[str]:
+        built.append(len(pools))
+        return sorted(p["metadata"]["name"] for p in pools)
+
+    assert index.derived("names", names_of) == ["a", "b"]
+    assert index.derived("names", names_of) == ["a", "b"]
+    assert not index.observe(_body("a", 1))  # a repeat changes nothing
+    assert index.derived("names", names_of) == ["a", "b"]
+    index.observe(_body("c", 3))
+    assert index.derived("names", names_of) == ["a", "b", "c"]
+    assert built == [2, 3]

@@ -89,17 +89,24 @@ def _spec_of(body: dict[str, Any]) -> PoolSpec:
     return spec
 
 
-def pools_on(server: str, database: str, pools: list[dict[str, Any]], mine: PoolOnDatabase) -> list[PoolOnDatabase]:
-    """The other pools whose status says they use the same database (valid specs only)."""
-    same = []
-    for other in pools:
-        meta, budget = other["metadata"], (other.get("status") or {}).get("connectionBudget") or {}
-        if (meta["namespace"], meta["name"]) == (mine.namespace, mine.name):
-            continue
-        if (budget.get("server"), budget.get("database")) != (server, database):
+def pools_by_database(pools: list[dict[str, Any]]) -> dict[tuple[str, str], list[PoolOnDatabase]]:
+    """Every pool with a valid spec under the (server, database) its status says it uses."""
+    grouped: dict[tuple[str, str], list[PoolOnDatabase]] = {}
+    for body in pools:
+        budget = (body.get("status") or {}).get("connectionBudget") or {}
+        if "server" not in budget:
             continue
         try:
-            same.append(on_database(other, _spec_of(other)))
+            found = on_database(body, _spec_of(body))
         except ValidationError:
             continue
-    return same
+        grouped.setdefault((str(budget["server"]), str(budget.get("database"))), []).append(found)
+    return grouped
+
+
+def pools_on(
+    server: str, database: str, grouped: dict[tuple[str, str], list[PoolOnDatabase]], mine: PoolOnDatabase
+) -> list[PoolOnDatabase]:
+    """The other pools whose status says they use the same database (valid specs only; `grouped`: as
+    pools_by_database grouped them)."""
+    return [p for p in grouped.get((server, database), []) if (p.namespace, p.name) != (mine.namespace, mine.name)]
