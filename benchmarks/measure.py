@@ -135,9 +135,13 @@ def throughput(
     variant: str = "",
     extra_env: dict[str, str] | None = None,
     observe: Observer | None = None,
+    prepare: Callable[[str], None] | None = None,
 ) -> Throughput:
-    """One drain of `runs` runs; `events` is a FireFlow run's event detail, `extra_env` more worker settings."""
+    """One drain of `runs` runs; `events` is a FireFlow run's event detail, `extra_env` more worker settings,
+    `prepare` called with the fresh database's URL before anything is enqueued (a variant of its schema)."""
     url = bench.databases.fresh(f"tp{slug(flow)}{pods}x{processes}_{kind}", kind)
+    if prepare is not None:
+        prepare(url)
     server_pid = postmaster_pid(bench.databases.server.data_dir)
     client = enqueuer(kind, url, flow, events)
     try:

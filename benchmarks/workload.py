@@ -23,7 +23,7 @@ import uuid
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal, Protocol
 
-from fireflow_contract import queues
+from fireflow_contract import queues, run_request
 
 if TYPE_CHECKING:
     from dbos import EnqueueOptions
@@ -47,7 +47,7 @@ QUEUE = queues.EXECUTIONS
 WORKER_CONCURRENCY = 50  # the worker's default, given to every kind
 APPLICATION_NAME = "fireflow"
 RAW_WORKFLOW_NAME = "bench.raw_flow"
-FLOW_WORKFLOW_NAME = "fireflow.run_flow"
+FLOW_WORKFLOW_NAME = run_request.WORKFLOW_NAME
 HELD_VERSION = "held"
 TS_DIR = Path(__file__).resolve().parent / "ts_worker"
 
@@ -155,6 +155,10 @@ class PyEnqueuer:
         }
         if held:
             options["app_version"] = HELD_VERSION
+        if fireflow:  # as FireflowClient enqueues: a run in another encoding is rewritten when claimed
+            from dbos import WorkflowSerializationFormat  # noqa: PLC0415
+
+            options["serialization_type"] = WorkflowSerializationFormat.PORTABLE
         request: dict[str, Any] = (
             {"flow": FLOWS[self._flow], "inputs": {"who": who}, "queue": QUEUE}
             if fireflow

@@ -14,7 +14,7 @@ import json
 import logging
 import os
 import socket
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import kopf
@@ -39,7 +39,9 @@ class DigestDiffBaseStorage(kopf.AnnotationsDiffBaseStorage):
 
 
 class _Running:
-    queue: PoolWorkQueue  # built at kopf's startup, before any other handler runs
+    queue: PoolWorkQueue  # in use from kopf's startup, before any other handler runs
+    prepared: PoolWorkQueue | None = None  # built while this replica stood by, its pool index kept filled (main.py)
+    end_standby_watch: Callable[[], None] | None = None  # what filled it ends once kopf's own watch delivers
 
 
 RUNNING = _Running()
@@ -53,7 +55,7 @@ MINE = SETTINGS.pool_selector or None
 def configure(settings: kopf.OperatorSettings, **_: Any) -> None:
     ours = SETTINGS
     logging.getLogger().setLevel(ours.log_level)
-    RUNNING.queue = PoolWorkQueue(ours, kubernetes_client())
+    RUNNING.queue = RUNNING.prepared or PoolWorkQueue(ours, kubernetes_client())
     # Our finalizer's name says what it guards; kopf keeps its own bookkeeping out of status.
     settings.persistence.finalizer = names.pool_finalizer(ours.pool_selector)
     settings.persistence.progress_storage = kopf.AnnotationsProgressStorage(prefix="fireflow.persistent.ai")
@@ -79,7 +81,10 @@ def configure(settings: kopf.OperatorSettings, **_: Any) -> None:
 @kopf.on.event(GROUP, VERSION, PLURAL)
 async def pool_seen(body: kopf.Body, type: str | None, **_: Any) -> None:
     # Every pool's latest version, other shards' too, for the budget's view of the fleet (pool_index.py).
-    RUNNING.queue.pool_index.observe(dict(body), deleted=type == "DELETED")
+    RUNNING.queue.observe(dict(body), deleted=type == "DELETED")
+    if RUNNING.end_standby_watch is not None:  # kopf's listing of the pools is in: it takes over from here
+        RUNNING.end_standby_watch()
+        RUNNING.end_standby_watch = None
 
 
 @kopf.on.resume(GROUP, VERSION, PLURAL, labels=MINE)
@@ -136,7 +141,8 @@ async def _child_changed(
     namespace, pool = str(body.metadata.namespace), labels.get(names.LABEL_POOL)
     if pool:
         logformat.enter_pool(namespace, pool)  # kopf's line about this handler names the pool beside the child
-    if _kept(kind, body, type) and pool and (type == "DELETED" or not only_deletion):
+    news = _kept(kind, body, type) and (type == "DELETED" or not only_deletion)
+    if news and pool and await RUNNING.queue.may_select(namespace, pool):  # another shard's pool costs nothing
         await RUNNING.queue.reconcile(namespace, pool, "child")
 
 

@@ -18,6 +18,7 @@ from typing import Any, TypeVar, cast
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
+from fireflow_contract import worker_variables
 from fireflow_operator.api import names
 from fireflow_operator.api.model import GROUP, PLURAL, VERSION
 from fireflow_operator.pool_index import PoolIndex
@@ -256,7 +257,7 @@ class Kube:
         found: dict[str, int] = {}
         for pod in self.list_pods(namespace, selector):
             env = {e.name: e.value for e in (pod.spec.containers[0].env or []) if e.value is not None}
-            processes = env.get("FIREFLOW_WORKER_PROCESSES", "1")
+            processes = env.get(worker_variables.PROCESSES, "1")
             found[str(pod.metadata.name)] = int(processes) if processes.isdigit() else 1
         return found
 

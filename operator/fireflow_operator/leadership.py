@@ -1,5 +1,6 @@
 """Leader election on a coordination.k8s.io/v1 Lease (I/O): one replica reconciles and writes, the others stand
-by, answering their liveness probe, until the leader's Lease expires.
+by, answering their liveness probe, until the leader's Lease expires. A standby reads but never writes: it
+keeps the pool index (pool_index.py) filled from a watch of the pools, so that it leads with the fleet known.
 
 The election itself is the Kubernetes client's (`kubernetes.leaderelection`, the client-go algorithm: a
 candidate takes the Lease once it saw no renewal for a lease duration; writes carry the resourceVersion, so
@@ -16,14 +17,17 @@ import logging
 import os
 import socket
 import threading
+from collections.abc import Callable
 from datetime import UTC, datetime
 from typing import Any
 
-from kubernetes import client
+from kubernetes import client, watch
 from kubernetes.client.exceptions import ApiException
 from kubernetes.leaderelection import electionconfig, leaderelection
 from kubernetes.leaderelection.resourcelock.leaselock import LeaseLock
 
+from fireflow_operator.api.model import GROUP, PLURAL, VERSION
+from fireflow_operator.pool_index import PoolIndex
 from fireflow_operator.settings import OperatorSettings
 
 log = logging.getLogger("fireflow.operator.leadership")
@@ -56,6 +60,54 @@ class StandbyHealth:
         self.server.server_close()
 
 
+class StandbyWatch:
+    """The pools this operator may see, listed and then watched into `index` while this replica stands by (and
+    until kopf's own watch of them delivered its first event: ended earlier, a pool deleted in between would
+    stay in the index). Reads only."""
+
+    def __init__(self, index: PoolIndex, namespaces: list[str]) -> None:
+        self.index = index
+        self.ended = threading.Event()
+        self.api = client.CustomObjectsApi()
+        self._unlisted = set(namespaces or [""])
+        self._lock = threading.Lock()
+        for namespace in sorted(self._unlisted):
+            threading.Thread(target=self._follow, args=(namespace,), name="standby-watch", daemon=True).start()
+
+    def _list(self, namespace: str, **options: Any) -> Any:
+        if namespace:
+            return self.api.list_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, **options)
+        return self.api.list_cluster_custom_object(GROUP, VERSION, PLURAL, **options)
+
+    def _follow(self, namespace: str) -> None:
+        since = ""  # the resourceVersion to watch from; empty: list first
+        while not self.ended.is_set():
+            try:
+                if not since:
+                    listed = self._list(namespace)
+                    since = str(listed["metadata"]["resourceVersion"])
+                    self.index.listed(listed["items"], namespace, int(since))
+                    with self._lock:
+                        self._unlisted.discard(namespace)
+                        if not self._unlisted:
+                            self.index.mark_filled()
+                stream = watch.Watch()  # type: ignore[no-untyped-call]
+                events = stream.stream(self._list, namespace, resource_version=since, timeout_seconds=300)  # type: ignore[no-untyped-call]
+                for event in events:
+                    if self.ended.is_set():
+                        stream.stop()  # type: ignore[no-untyped-call]
+                        return
+                    since = str(event["object"]["metadata"]["resourceVersion"])
+                    self.index.observe(event["object"], deleted=event["type"] == "DELETED")
+            except Exception as err:  # a standby's cache saves time only: kopf lists the pools anyway
+                log.debug("standby watch of pools in %r: %s; listing again", namespace or "every namespace", err)
+                since = ""
+                self.ended.wait(2.0)
+
+    def close(self) -> None:
+        self.ended.set()
+
+
 class Leadership:
     def __init__(self, settings: OperatorSettings, loop: asyncio.AbstractEventLoop, holder: str | None = None) -> None:
         self.settings = settings
@@ -78,10 +130,13 @@ class Leadership:
         self.election = leaderelection.LeaderElection(config)  # type: ignore[no-untyped-call]
         logging.getLogger("leaderelection").setLevel(logging.WARNING)  # a line per retry otherwise
 
-    def acquire(self) -> None:
-        """Block until this replica holds the Lease, then keep renewing it in the background."""
-        log.info("standing by for Lease %s/%s as %s", self.namespace, self.settings.lease_name, self.holder)
-        self.election.acquire()  # type: ignore[no-untyped-call]
+    def acquire(self, standing_by: Callable[[], None]) -> None:
+        """Block until this replica holds the Lease, then keep renewing it in the background. `standing_by` runs
+        once another replica is found to lead."""
+        if not self.election.try_acquire_or_renew():  # type: ignore[no-untyped-call]
+            log.info("standing by for Lease %s/%s as %s", self.namespace, self.settings.lease_name, self.holder)
+            standing_by()
+            self.election.acquire()  # type: ignore[no-untyped-call]
         log.info("leading: holds Lease %s/%s as %s", self.namespace, self.settings.lease_name, self.holder)
         threading.Thread(target=self._renew, name="lease-renewal", daemon=True).start()
 

@@ -4,15 +4,18 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import importlib
 import logging
 import os
 import socket
 import sys
+import threading
+from typing import Any
 
 from fireflow_contract import logformat, telemetry
 from fireflow_contract.explain import bind_error
 from fireflow_contract.version import version_line
-from fireflow_operator.leadership import Leadership, StandbyHealth
+from fireflow_operator.leadership import Leadership, StandbyHealth, StandbyWatch
 from fireflow_operator.settings import OperatorSettings, SettingsError, load_settings, unknown_variable_warnings
 
 log = logging.getLogger("fireflow.operator")
@@ -95,7 +98,7 @@ def main(argv: list[str] | None = None) -> int:
         return 1
     import kopf  # noqa: PLC0415 - after the settings, so a bad value fails fast and quietly
 
-    from fireflow_operator import handlers  # noqa: F401, PLC0415 - registers the handlers
+    from fireflow_operator import handlers  # noqa: PLC0415 - registers the handlers
 
     kopf.configure(verbose=settings.log_level == "DEBUG")
     logformat.use_format(settings.log_format)  # on kopf's handler: every line, kopf's own included
@@ -108,7 +111,7 @@ def main(argv: list[str] | None = None) -> int:
         logformat.early_error(str(err))
         return 2
     loop = asyncio.new_event_loop()
-    leadership = _lead(settings, loop) if settings.leader_election_namespace else None
+    leadership = _lead(settings, loop, handlers.RUNNING) if settings.leader_election_namespace else None
     try:
         kopf.run(
             loop=loop,
@@ -130,21 +133,26 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
-def _lead(settings: OperatorSettings, loop: asyncio.AbstractEventLoop) -> Leadership:
-    """Wait, answering the liveness probe, until this replica holds the Lease."""
-    from kubernetes import config  # noqa: PLC0415
+def _lead(settings: OperatorSettings, loop: asyncio.AbstractEventLoop, running: Any) -> Leadership:
+    """Wait until this replica holds the Lease, answering the liveness probe, with the work queue built (the
+    Kubernetes client loads its model classes lazily, for seconds on a busy node)."""
+    from fireflow_operator.workqueue import PoolWorkQueue, kubernetes_client  # noqa: PLC0415
 
-    try:
-        config.load_incluster_config()  # type: ignore[no-untyped-call]
-    except config.ConfigException:
-        config.load_kube_config()  # type: ignore[no-untyped-call]
+    running.prepared = PoolWorkQueue(settings, kubernetes_client())
     leadership = Leadership(settings, loop)
-    standby = StandbyHealth(settings.health_host, settings.health_port)
+    health = StandbyHealth(settings.health_host, settings.health_port)
     try:
-        leadership.acquire()
+        leadership.acquire(standing_by=lambda: _stand_by(settings, running))
     finally:
-        standby.close()  # kopf serves the same port from now on
+        health.close()  # kopf serves the same port from now on
     return leadership
+
+
+def _stand_by(settings: OperatorSettings, running: Any) -> None:
+    """What a standby replica keeps ready, reading only, so that a takeover does not start cold: the pool index,
+    filled by a watch of the pools, and DBOS's client code (a version change or stranded runs need it)."""
+    running.end_standby_watch = StandbyWatch(running.prepared.pool_index, settings.namespaces).close
+    threading.Thread(target=importlib.import_module, args=("dbos",), name="standby-imports", daemon=True).start()
 
 
 if __name__ == "__main__":

@@ -49,7 +49,8 @@ def summarize(
         reason = _failure_reason(step)
         conds += [(c.SCHEMA_READY, False, reason, step.failure), (c.DEGRADED_CONDITION, True, reason, step.failure)]
     elif phase_name == machine.DONE:
-        conds.append((c.SCHEMA_READY, True, c.REASON_SCHEMA_CURRENT, f"schema version {schema_version}"))
+        said = step.migration.get("message") or f"schema version {schema_version}"  # how it became current, if now
+        conds.append((c.SCHEMA_READY, True, c.REASON_SCHEMA_CURRENT, str(said)))
     else:
         reason = _IN_FLIGHT_REASONS[phase_name]
         conds.append((c.SCHEMA_READY, False, reason, str(step.migration.get("message") or reason)))

@@ -97,21 +97,42 @@ class ObjectIndex:
     def _replace(self, listed: list[dict[str, Any]]) -> None:
         """Take a LIST's items, and drop what it no longer has: an object the LIST would have shown (its
         version is at most the LIST's newest) was deleted unseen. Newer ones may have come after the LIST."""
-        for body in listed:
-            self.observe(body)
         newest = max((resource_version(body) for body in listed), default=0)
-        present = {object_key(body) for body in listed}
+        self.listed(listed, "", newest + 1)
         with self._lock:
-            for key in [k for k in self._objects if k not in present]:
-                if resource_version(self._objects[key]) <= newest:
-                    self._deleted[key] = resource_version(self._objects.pop(key))
-                    self.changes += 1
             # A tombstone guards against a LIST that started before the deletion; later LISTs start after it.
             self._deleted = {k: v for k, v in self._deleted.items() if v > newest}
 
-    def get(self, key: Key) -> dict[str, Any] | None:
+    def listed(self, bodies: list[dict[str, Any]], namespace: str, version: int) -> None:
+        """A LIST of `namespace` ("": every namespace) at resourceVersion `version`: an object the index had from
+        before it and the LIST lacks was deleted meanwhile (its watch event missed)."""
+        present = {object_key(body) for body in bodies}
         with self._lock:
-            return self._objects.get(key)
+            for key in [k for k in self._objects if (not namespace or k[0] == namespace) and k not in present]:
+                if resource_version(self._objects[key]) < version:
+                    del self._objects[key]
+                    self._deleted[key] = version
+                    self.changes += 1
+        for body in bodies:
+            self.observe(body)
+
+    @property
+    def filled(self) -> bool:
+        return self._listed_at is not None
+
+    def mark_filled(self) -> None:
+        """Every object was listed (by a standby replica's watch): no LIST on first use."""
+        self._listed_at = time.monotonic()
+
+    def get(self, namespace: str, name: str) -> dict[str, Any] | None:
+        """The object's latest version seen, if the index has it."""
+        with self._lock:
+            return self._objects.get((namespace, name))
+
+    def gone(self, namespace: str, name: str) -> bool:
+        """Whether the object was deleted (and not created again since)."""
+        with self._lock:
+            return (namespace, name) in self._deleted
 
     def values(self) -> list[dict[str, Any]]:
         with self._lock:
@@ -148,4 +169,4 @@ class PoolIndex(ObjectIndex):
     def pool(self, namespace: str, name: str, list_all: Callable[[], list[dict[str, Any]]]) -> dict[str, Any] | None:
         """One pool as last seen (its own status writes included: write_status feeds their answers here)."""
         self.fill(list_all)
-        return self.get((namespace, name))
+        return self.get(namespace, name)

@@ -71,6 +71,13 @@ class Reconciler:
         """One reconcile; the database's facts may be up to `facts_max_age` seconds old (read for another pool on
         the same database: a resync need not look afresh, a change does)."""
         draft = StatusDraft.start(body)
+        mine = shards.claim(self.settings)
+        other = shards.other_claimant(
+            draft.old.get("reconciledBy"), mine, draft.namespace, body["metadata"].get("labels")
+        )
+        if other is not None:
+            draft.event("Warning", conditions.REASON_SELECTED_TWICE, shards.overlap_message(other, mine))
+        draft.new["reconciledBy"] = mine
         self._reconcile(body, draft, facts_max_age)
         draft.transition_events()
         # Every field is declared (the API server would drop one that is not): a drift fails here, loudly.
@@ -138,7 +145,7 @@ class Reconciler:
             return
         if self.settings.pool_selector:
             refusal = shards.shard_conflict(
-                facts.server, facts.database, pools, self.settings.selects, self.settings.pool_selector
+                body["metadata"], facts.server, pools, self.settings.selects, self.settings.pool_selector
             )
             if refusal is not None:
                 draft.blocked(refusal.reason, refusal.message)

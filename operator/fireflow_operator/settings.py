@@ -63,7 +63,7 @@ class OperatorSettings(BaseModel):
         default_factory=list, alias="FIREFLOW_OPERATOR_NAMESPACES"
     )
     # Only pools with all these labels are reconciled (`key=value,...`; empty: every pool): operators on
-    # disjoint selectors shard a fleet. The budget still sees every pool; one database belongs to one shard.
+    # disjoint selectors shard a fleet. The budget still sees every pool; one PostgreSQL server belongs to one shard.
     pool_selector: Annotated[dict[str, str], BeforeValidator(_labels)] = Field(
         default_factory=dict, alias="FIREFLOW_OPERATOR_POOL_SELECTOR"
     )
@@ -103,13 +103,15 @@ class OperatorSettings(BaseModel):
     )
     log_level: Literal["DEBUG", "INFO", "WARNING", "ERROR"] = Field("INFO", alias="FIREFLOW_OPERATOR_LOG_LEVEL")
     # Every line (kopf's and the Kubernetes client's included) as text or one JSON object (logformat.py).
-    log_format: LogFormat = Field("text", alias="FIREFLOW_LOG_FORMAT")
+    log_format: LogFormat = Field("text", alias=LOG_FORMAT_ENV)
     # Leader election on a coordination.k8s.io Lease in this namespace (the chart sets its own): replicas
     # beyond one stand by and take over when the leader's Lease expires. Empty: no election (one replica).
     leader_election_namespace: str = Field("", alias="FIREFLOW_OPERATOR_LEADER_ELECTION_NAMESPACE")
     lease_name: str = Field("fireflow-operator", min_length=1, alias="FIREFLOW_OPERATOR_LEASE_NAME")
     # A leader that could not renew for renew_deadline stops leading; the others wait lease_duration from the
-    # last renewal they saw, so at most one leads. Failover takes about lease_duration + retry_period.
+    # last renewal they saw, so at most one leads. A standby takes the Lease lease_duration to lease_duration
+    # + 2 x retry_period after the last renewal (measured with the defaults: 10 s, and 15 s until every one of 20
+    # pools was reconciled; docs/install.md).
     lease_duration_seconds: int = Field(10, ge=2, le=300, alias="FIREFLOW_OPERATOR_LEASE_DURATION_SECONDS")
     renew_deadline_seconds: int = Field(7, ge=1, le=300, alias="FIREFLOW_OPERATOR_RENEW_DEADLINE_SECONDS")
     retry_period_seconds: int = Field(2, ge=1, le=60, alias="FIREFLOW_OPERATOR_RETRY_PERIOD_SECONDS")

@@ -106,7 +106,7 @@ class KindCache:
 
     def get(self, namespace: str, name: str) -> Any | None:
         self._filled()
-        body = self.index.get((namespace, name))
+        body = self.index.get(namespace, name)
         return None if body is None else self._model((namespace, name), body)
 
     def of_pool(self, namespace: str, pool: str, labels: Mapping[str, str] | None = None) -> list[Any]:
@@ -116,7 +116,7 @@ class KindCache:
             keys = sorted(self._by_pool.get((namespace, pool), ()))
         found = []
         for key in keys:
-            body = self.index.get(key)
+            body = self.index.get(*key)
             if body is not None and _matches(body, labels or {}):
                 found.append(self._model(key, body))
         return found

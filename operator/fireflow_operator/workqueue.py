@@ -132,6 +132,27 @@ class PoolWorkQueue:
         self._threads = ThreadPoolExecutor(RECONCILE_THREADS, thread_name_prefix="reconcile")
         self._requeues: dict[Key, asyncio.TimerHandle] = {}
         self._phases: dict[Key, str] = {}
+        self._filling = asyncio.Lock()
+
+    def observe(self, body: dict[str, Any], *, deleted: bool) -> None:
+        """A pool's watch event, any shard's: into the index; a pool gone, or relabelled away from this shard, is
+        forgotten (its children's later events reconcile nothing)."""
+        self.pool_index.observe(body, deleted=deleted)
+        meta = body["metadata"]
+        key = (str(meta["namespace"]), str(meta["name"]))
+        if key in self._phases and (deleted or not self.settings.selects(meta.get("labels"))):
+            self._forget(key)
+
+    async def may_select(self, namespace: str, name: str) -> bool:
+        """False for a pool the index knows to be another shard's, or gone: its children's events cost nothing
+        (at the start, before kopf's watch delivered the pools, one LIST fills the index instead of a GET each)."""
+        async with self._filling:  # one LIST however many events arrive at once
+            if not self.pool_index.filled:
+                await asyncio.to_thread(self.kube.list_pools, self.settings.namespaces)
+        known = self.pool_index.get(namespace, name)
+        if known is None:
+            return not self.pool_index.gone(namespace, name)
+        return self.settings.selects(known["metadata"].get("labels"))
 
     async def reconcile(self, namespace: str, name: str, trigger: str = "pool") -> None:
         """Reconcile the pool soon (at once unless more urgent work waits), and return once that is done."""
@@ -181,8 +202,11 @@ class PoolWorkQueue:
             self._forget(key)
             return
         body: dict[str, Any] = found
-        if body["metadata"].get("deletionTimestamp") or not self.settings.selects(body["metadata"].get("labels")):
-            return  # the finalizer's, or another shard's (its child's event reached every operator)
+        if body["metadata"].get("deletionTimestamp"):
+            return  # the finalizer's
+        if not self.settings.selects(body["metadata"].get("labels")):
+            self._forget(key)  # another shard's: relabelled away, or its child's event reached every operator
+            return
         # A resync may use what another reconcile on the same database read within a resync period.
         facts_age = self.settings.resync_seconds if priority == PRIORITY["timer"] else 0.0
         try:
@@ -207,8 +231,12 @@ class PoolWorkQueue:
             self._requeue(key, outcome.requeue_seconds)
 
     def _forget(self, key: Key) -> None:
-        """A deleted pool leaves no phase or stale series behind."""
+        """A deleted pool, or one moved to another shard, leaves no phase, wake-up or stale series behind."""
         self._phases.pop(key, None)
+        if (pending := self._requeues.pop(key, None)) is not None:
+            pending.cancel()
+        for phase in _PHASES:
+            metrics.POOLS.labels(phase).set(sum(1 for p in self._phases.values() if p == phase))
         with contextlib.suppress(KeyError):
             metrics.BUDGET_ALLOWED.remove(*key)
         self._series.forget(*key)

@@ -1,7 +1,8 @@
 """The chart against the pinned API server (tests/kube: the Go-built v1.37.2 control plane, or kind):
 every rendered object of every value combination passes a server-side dry-run with strict field validation,
 the RBAC grants the operator's ServiceAccount exactly what it needs (asked with SubjectAccessReviews), and
-the sample NOTES.txt prints is accepted as it is.
+the sample NOTES.txt prints is accepted as it is; and `helm install --set replicaCount=2` runs two replicas that
+elect one leader, the other writing nothing but the Lease (the API server's audit log says so).
 
 The ServiceMonitor is the one kind not validated here: the test cluster has no Prometheus Operator CRDs
 (test_chart_render.py checks its shape)."""
@@ -10,12 +11,14 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterator
+from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
 import yaml
-from kubernetes.client import AuthorizationV1Api
+from kubernetes.client import AuthorizationV1Api, CoordinationV1Api, CoreV1Api, CustomObjectsApi, PolicyV1Api
 
+from fireflow_operator.api.model import GROUP, PLURAL, VERSION
 from tests.chart.chart import (
     CHART_DIR,
     CLUSTER_ONLY_RULES,
@@ -26,13 +29,15 @@ from tests.chart.chart import (
     Json,
     Scenario,
     by_kind,
+    helm,
     kubectl_apply,
     notes,
     render,
     server_checkable,
 )
 from tests.kube import rawapi
-from tests.kube.cluster import Cluster
+from tests.kube.cluster import Cluster, LocalCluster
+from tests.support.pools import condition, create_pool, pool_gone, wait_for_pool, wait_until
 
 pytestmark = pytest.mark.usefixtures("helm_bin")
 
@@ -196,3 +201,75 @@ def test_should_print_a_sample_the_api_server_accepts_in_notes(
     stored = kubectl_apply(kube_cluster.kubeconfig, sample)
     chart = yaml.safe_load((CHART_DIR / "Chart.yaml").read_text())
     assert stored[0]["spec"]["image"] == f"fireflow-worker:{chart['appVersion']}"
+
+
+def _operator_pods(cluster: Cluster, namespace: str, release: str) -> list[Json]:
+    selector = f"app.kubernetes.io/instance={release},app.kubernetes.io/name=fireflow-operator"
+    pods: list[Json] = rawapi.call(CoreV1Api(cluster.api).list_namespaced_pod, namespace,
+                                   label_selector=selector)["items"]  # fmt: skip
+    return pods
+
+
+def _ready_without_restarts(pod: Json) -> bool:
+    status = pod.get("status", {})
+    ready = any(c["type"] == "Ready" and c["status"] == "True" for c in status.get("conditions", []))
+    return ready and all(c.get("restartCount", 0) == 0 for c in status.get("containerStatuses", []))
+
+
+def _lease_holder(cluster: Cluster, namespace: str, lease: str) -> str | None:
+    found = rawapi.call(CoordinationV1Api(cluster.api).read_namespaced_lease, lease, namespace)
+    return found["spec"].get("holderIdentity")  # type: ignore[no-any-return]
+
+
+def _healthy_in_pdb(cluster: Cluster, namespace: str, name: str) -> Json | None:
+    pdb: Json = rawapi.call(PolicyV1Api(cluster.api).read_namespaced_pod_disruption_budget, name, namespace)
+    return pdb if pdb.get("status", {}).get("currentHealthy") == 2 else None
+
+
+def test_should_run_two_replicas_with_one_leader_and_a_standby_that_writes_nothing_when_replica_count_is_2(
+    kube_cluster: Cluster, kube_namespace: str
+) -> None:
+    release = _release(kube_namespace)
+    fullname = f"{release}-fireflow-operator"
+    kubeconfig = ["--kubeconfig", str(kube_cluster.kubeconfig), "--namespace", kube_namespace]
+    since = datetime.now(UTC)
+    # No other value: --take-ownership only adopts the CRD the test cluster applied from crds/.
+    helm("install", release, str(CHART_DIR), *kubeconfig, "--take-ownership", "--set", "replicaCount=2")
+    try:
+        wait_until("two operator pods Ready", lambda: sum(
+            map(_ready_without_restarts, _operator_pods(kube_cluster, kube_namespace, release))) == 2)  # fmt: skip
+        names = sorted(p["metadata"]["name"] for p in _operator_pods(kube_cluster, kube_namespace, release))
+        leader = wait_until("a leader", lambda: _lease_holder(kube_cluster, kube_namespace, f"{fullname}-leader"))
+        assert leader in names
+        (standby,) = set(names) - {leader}
+        # Something for a leader to write: a pool whose Secret is missing gets a finalizer and a status.
+        create_pool(kube_cluster.api, kube_namespace, "pool")
+        wait_for_pool(kube_cluster.api, kube_namespace, "pool", "reported by the leader",
+                      lambda p: condition(p, "Degraded").get("reason") == "SecretMissing")  # fmt: skip
+        pdb = wait_until("the PDB counts both", lambda: _healthy_in_pdb(kube_cluster, kube_namespace, fullname))
+        assert pdb["status"]["disruptionsAllowed"] == 1
+        # Past the first liveness probes (after 10 s, then every 20 s): still both up, neither restarted.
+        wait_until("a liveness probe of each", lambda: (datetime.now(UTC) - since).total_seconds() > 40)
+        pods = _operator_pods(kube_cluster, kube_namespace, release)
+        assert sorted(p["metadata"]["name"] for p in pods) == names and all(map(_ready_without_restarts, pods)), pods
+        logs = {name: kube_cluster.logs(kube_namespace, name) for name in names}
+        assert "leading: holds Lease" in logs[leader] and "leading" not in logs[standby], logs[standby][-3_000:]
+        audit = kube_cluster.control_plane.audit if isinstance(kube_cluster, LocalCluster) else None
+        if audit is not None:  # the local control plane's audit log: who sent which request
+            requests = audit.requests(since, datetime.now(UTC))
+            of_standby = [r for r in requests if r.pod == standby]
+            # It writes nothing (a Lease's update is the one write it may make), and reads only the Lease and, for
+            # its warm pool index, the pools.
+            assert [(r.verb, r.resource) for r in of_standby if r.mutating and r.resource != "leases"] == []
+            assert ("get", "leases") in {(r.verb, r.resource) for r in of_standby}, "the standby is not seen: blind"
+            assert {r.resource for r in of_standby} <= {"leases", PLURAL}, sorted(
+                {(r.verb, r.resource) for r in of_standby}
+            )
+            of_leader = {(r.verb, r.resource) for r in requests if r.pod == leader}
+            assert ("patch", f"{PLURAL}/status") in of_leader, "the leader's writes are not seen: the check is blind"
+    finally:
+        CustomObjectsApi(kube_cluster.api).delete_collection_namespaced_custom_object(
+            GROUP, VERSION, kube_namespace, PLURAL
+        )
+        wait_until("the pool let go", lambda: pool_gone(kube_cluster.api, kube_namespace))
+        helm("uninstall", release, *kubeconfig, "--wait", "--timeout", "2m")

@@ -4,12 +4,16 @@ same renders is in test_chart_cluster.py."""
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 from typing import Any
 
 import pytest
 import yaml
 
+from fireflow_operator.api import names
+from fireflow_operator.api.model import parse_spec
+from fireflow_operator.children.builders import Pool, build_migration_job, build_statefulset
 from fireflow_operator.settings import OperatorSettings, load_settings
 from tests.chart.chart import (
     CHART_DIR,
@@ -370,6 +374,49 @@ def test_should_render_the_service_monitor_only_when_enabled(tmp_path: Path) -> 
     assert endpoint["path"] == "/metrics"
     assert (endpoint["interval"], endpoint["scrapeTimeout"]) == ("15s", "10s")
     assert endpoint["relabelings"] == [{"targetLabel": "team", "replacement": "fireflow"}]
+
+
+def _template_labels(built: Json) -> dict[str, str]:
+    labels: dict[str, str] = built["spec"]["template"]["metadata"]["labels"]
+    return labels
+
+
+@pytest.mark.parametrize("watched", [[], NAMESPACES], ids=["every-namespace", "watched-namespaces"])
+def test_should_select_exactly_the_worker_pods_with_the_pod_monitor(tmp_path: Path, watched: list[str]) -> None:
+    values = {"watchNamespaces": watched, "monitoring": {"podMonitor": {"enabled": True}}}
+    spec = one(render(tmp_path, values, release=RELEASE), "PodMonitor")["spec"]
+    assert list(spec["selector"]) == ["matchLabels"]
+    selected = spec["selector"]["matchLabels"].items()
+    pool = Pool("orders", "team-a", "uid-1", parse_spec({"image": "w:1", "database": {"secretRef": {"name": "db"}}}))
+    assert selected <= names.common_labels(pool.name, names.WORKER_COMPONENT).items()
+    for index in (0, 1, 2):  # every version's workers, the first one's (no version label) included
+        sts = build_statefulset(pool, image="w:1", application_version="1", replicas=1, version_index=index)
+        assert selected <= _template_labels(sts).items()
+    for mode in ("plan", "apply"):  # never a migration Job's pod: it serves no metrics
+        job = build_migration_job(pool, mode=mode, image="w:2", target="t", round_=1, database_label="d")
+        assert not selected <= _template_labels(job).items()
+    assert spec["namespaceSelector"] == ({"matchNames": watched} if watched else {"any": True})
+    (endpoint,) = spec["podMetricsEndpoints"]
+    container = sts["spec"]["template"]["spec"]["containers"][0]
+    assert endpoint["port"] == names.HEALTH_PORT_NAME in [port["name"] for port in container["ports"]]
+    assert endpoint["path"] == "/metrics"
+    # Prometheus spells a pod label's name with every character but letters, digits and _ as _.
+    pool_label = "__meta_kubernetes_pod_label_" + re.sub(r"[^A-Za-z0-9_]", "_", names.LABEL_POOL)
+    assert endpoint["relabelings"][0] == {"sourceLabels": [pool_label], "targetLabel": "pool"}
+
+
+def test_should_name_every_alert_in_the_prometheus_rule_values_comment() -> None:
+    rules = yaml.safe_load((CHART_DIR / "files" / "prometheus-rules.yaml").read_text())
+    alerts = [rule["alert"] for group in rules["groups"] for rule in group["rules"]]
+    lines = (CHART_DIR / "values.yaml").read_text().splitlines()
+    at = next(i for i, line in enumerate(lines) if line.strip() == "prometheusRule:")
+    comment = []
+    for line in lines[at + 1 :]:
+        if not line.strip().startswith("#"):
+            break
+        comment.append(line.strip().lstrip("#").strip())
+    described = " ".join(comment)
+    assert [alert for alert in alerts if alert not in described] == []
 
 
 def test_should_turn_the_metrics_endpoint_off_when_metrics_are_disabled(tmp_path: Path) -> None:

@@ -4,6 +4,7 @@ built from the repository, whose shim runs the plugin."""
 
 from __future__ import annotations
 
+import argparse
 import io
 import os
 import re
@@ -16,6 +17,7 @@ from typing import Any
 
 import yaml
 
+from fireflow_operator.kubectl_plugin import cli
 from tests.kube.tools import REPO_ROOT
 from tests.support.krew import MANIFEST, SHIM, archive_bytes, archive_sha256
 
@@ -77,3 +79,21 @@ def test_should_run_the_plugin_from_the_archive_or_say_how_to_install_it(tmp_pat
         f"error: false has no fireflow-pool package: pip install 'fireflow-pool[operator]=={_project()['version']}', "
         "or set FIREFLOW_PYTHON to an interpreter that has it"
     )
+
+
+def _commands(parser: argparse.ArgumentParser, prefix: str) -> list[str]:
+    """Every command line the plugin takes, `kubectl fireflow runs cancel` included."""
+    choices = next((a.choices for a in parser._actions if isinstance(a, argparse._SubParsersAction)), None)
+    if not choices:
+        return [prefix]
+    return [line for name, sub in choices.items() for line in _commands(sub, f"{prefix} {name}")]
+
+
+def test_should_describe_every_command_the_plugin_takes() -> None:
+    description = " ".join(_manifest()["spec"]["description"].split())
+    commands = _commands(cli.parser(), "kubectl fireflow")
+    assert len(commands) == 7
+    for command in commands:
+        *group, last = command.split()
+        # `kubectl fireflow runs list|cancel|resume` names the three
+        assert re.search(rf"{re.escape(' '.join(group))} ([a-z]+\|)*{last}\b", description), command

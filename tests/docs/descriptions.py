@@ -119,7 +119,7 @@ OPERATOR_ENV: dict[str, str] = {
     "FIREFLOW_OPERATOR_NAMESPACES": "Comma-separated namespaces to watch; empty: every namespace.",
     "FIREFLOW_OPERATOR_POOL_SELECTOR": (
         "Reconcile only pools with all these labels (`key=value,...`; empty: every pool): operators on disjoint "
-        "selectors shard a fleet. Every pool of one database must be in one shard."
+        "selectors shard a fleet. Every pool of one PostgreSQL server must be in one shard."
     ),
     "FIREFLOW_OPERATOR_METRICS_HOST": "Address of the operator's Prometheus metrics.",
     "FIREFLOW_OPERATOR_METRICS_PORT": (

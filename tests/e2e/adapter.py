@@ -11,8 +11,8 @@ the databases and the trace server are the same code on both.
   tests/kube/crashing-worker.sh. kind: that script built in front of the worker image's entry point.
 - Operator image. Local: `fireflow-operator:dev` (the console script). kind: the image built from
   Dockerfile.operator.
-- Operator values. Local: kopf's health port on a free port (every local pod shares 127.0.0.1). kind: the
-  chart's defaults.
+- Operator values: the chart's defaults on both (the process node gives the operator's probe port a host
+  port of its own, tests/kube/images.py).
 - Servers of this process (PostgreSQL, the trace server). Local: on 127.0.0.1. kind: on the host's address
   on kind's Docker network, which pods reach through their node.
 """
@@ -24,7 +24,6 @@ from abc import ABC, abstractmethod
 from dataclasses import dataclass
 from typing import Any
 
-from fireflow_local.postgres import free_port
 from tests.kube.cluster import Cluster
 
 Json = dict[str, Any]
@@ -68,9 +67,6 @@ class LocalAdapter(ClusterAdapter):
         return Images(
             "fireflow-operator", "dev", "fireflow-worker:1", "fireflow-worker:2", "fireflow-worker-crashing:1"
         )
-
-    def operator_values(self) -> Json:
-        return {"operator": {"healthPort": free_port()}}
 
 
 class KindAdapter(ClusterAdapter):

@@ -57,6 +57,7 @@ class Request:
     name: str
     code: int
     received: datetime
+    pod: str = ""  # the pod a service account token was bound to (two replicas share one user)
 
     @property
     def mutating(self) -> bool:
@@ -69,8 +70,9 @@ def parse_event(event: dict[str, Any]) -> Request:
     resource = ref.get("resource") or event.get("requestURI", "")
     if ref.get("subresource"):
         resource = f"{resource}/{ref['subresource']}"
+    user = event.get("user") or {}
     return Request(
-        user=(event.get("user") or {}).get("username", ""),
+        user=user.get("username", ""),
         user_agent=event.get("userAgent", ""),
         verb=event.get("verb", ""),
         resource=resource,
@@ -78,6 +80,7 @@ def parse_event(event: dict[str, Any]) -> Request:
         name=ref.get("name", ""),
         code=int((event.get("responseStatus") or {}).get("code", 0)),
         received=datetime.fromisoformat(event["requestReceivedTimestamp"].replace("Z", "+00:00")),
+        pod=next(iter((user.get("extra") or {}).get("authentication.kubernetes.io/pod-name") or []), ""),
     )
 
 

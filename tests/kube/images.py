@@ -13,6 +13,9 @@ An image is matched by its repository basename: registry, path and tag are ignor
 Every pod shares 127.0.0.1, so the node gives each declared `containerPort` its own free host port and
 tells the process the host port of the container's *first* declared port through the image's port
 variable (overriding any value the Pod spec sets: the spec's value is only right on a pod network).
+A probe's port that no `containerPort` declares (the operator's liveness port, probed by number) gets a free
+host port too when the image names a probe port variable (the operator's `FIREFLOW_OPERATOR_HEALTH_PORT`);
+otherwise it is probed as it is.
 Likewise the bind-address variables in `loopback_env` override the spec, so nothing listens beyond
 127.0.0.1.
 A `command[0]` naming one of the image's executables (by basename, e.g. `python3` or
@@ -44,6 +47,9 @@ class LocalImage:
     # The variable through which the image's program takes its termination-message path (a real node
     # mounts /dev/termination-log instead); also set to the per-container file.
     termination_env: str | None = None
+    # The variable through which the program takes the port its probes use when no containerPort declares it:
+    # two replicas of one Deployment on this node would bind the same number otherwise.
+    probe_port_env: str | None = None
 
 
 class UnknownImageError(LookupError):
@@ -87,7 +93,8 @@ def _table() -> dict[str, LocalImage]:
             port_env="FIREFLOW_OPERATOR_METRICS_PORT",
             executables={"fireflow-operator": _venv_tool("fireflow-operator"), "kopf": _venv_tool("kopf"), **python},
             env=unbuffered,
-            loopback_env={"FIREFLOW_OPERATOR_METRICS_HOST": "127.0.0.1"},
+            loopback_env={"FIREFLOW_OPERATOR_METRICS_HOST": "127.0.0.1", "FIREFLOW_OPERATOR_HEALTH_HOST": "127.0.0.1"},
+            probe_port_env="FIREFLOW_OPERATOR_HEALTH_PORT",
         ),
         "python": LocalImage(
             entrypoint=(),

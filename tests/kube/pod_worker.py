@@ -114,6 +114,7 @@ class PodWorker(threading.Thread):
                 slot.state = {"waiting": {"reason": "PodInitializing"}}
         self.ports: dict[str | int, int] = {}
         self.first_port: dict[str, int] = {}
+        self.probe_port: dict[str, int] = {}  # container -> host port of its undeclared probe port
         self.start_time = rfc3339()
         self._transitions: dict[str, tuple[str, str]] = {}
         self._reported: Json | None = None
@@ -172,6 +173,19 @@ class PodWorker(threading.Thread):
                 if port.get("name"):
                     self.ports[str(port["name"])] = host_port
                 self.first_port.setdefault(slot.name, host_port)
+            if slot.image is not None and slot.image.probe_port_env:
+                self._map_probe_port(slot)
+
+    def _map_probe_port(self, slot: Slot) -> None:
+        """The container's probe port by number (the first probe's), on a host port of its own."""
+        for kind in ("startup", "liveness", "readiness"):
+            handler = slot.spec.get(f"{kind}Probe") or {}
+            port = (handler.get("httpGet") or handler.get("tcpSocket") or {}).get("port")
+            if isinstance(port, int) or (isinstance(port, str) and port.isdigit()):
+                if int(port) not in self.ports:
+                    self.ports[int(port)] = free_port()
+                self.probe_port[slot.name] = self.ports[int(port)]
+                return
 
     def _pod_grace(self) -> float:
         meta, spec = self._pod["metadata"], self._pod["spec"]
@@ -319,6 +333,8 @@ class PodWorker(threading.Thread):
         env = {**base, **image.env, **spec_env, **image.loopback_env}
         if slot.name in self.first_port:
             env[image.port_env] = str(self.first_port[slot.name])
+        if image.probe_port_env and slot.name in self.probe_port:
+            env[image.probe_port_env] = str(self.probe_port[slot.name])
         env[TERMINATION_MESSAGE_ENV] = str(self.dir / f"{slot.name}.termination-log")
         if image.termination_env:
             env[image.termination_env] = env[TERMINATION_MESSAGE_ENV]

@@ -1,5 +1,5 @@
-"""A namespace's Pods and Jobs as watch events, ordered by resourceVersion, and the operator's promises
-checked on them afterwards.
+"""A namespace's Pods and Jobs (and, when asked, StatefulSets and ControllerRevisions) as watch events, ordered by
+resourceVersion, and the operator's promises checked on them afterwards.
 
 One etcd gives one revision counter, so resourceVersions of different kinds order every change in the
 namespace. The checks are about what a user relies on: no worker runs while an apply Job does, one apply
@@ -15,13 +15,13 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from kubernetes import watch
-from kubernetes.client import ApiClient, BatchV1Api, CoreV1Api
+from kubernetes.client import ApiClient, AppsV1Api, BatchV1Api, CoreV1Api
 
 
 @dataclass(frozen=True)
 class Change:
     rv: int
-    kind: str  # "Pod" or "Job"
+    kind: str  # "Pod", "Job", "StatefulSet" or "ControllerRevision"
     type: str  # ADDED, MODIFIED, DELETED
     name: str
     component: str  # worker, migration-plan, migration-apply
@@ -29,6 +29,7 @@ class Change:
     finished: str  # Jobs: "Complete", "Failed" or ""
     summary: dict[str, Any] = field(default_factory=dict)  # a migration Job pod's termination line
     exit_codes: tuple[int, ...] = ()  # a Pod's containers that terminated, now or last time
+    owner: str = ""  # a ControllerRevision's StatefulSet
 
 
 def _summary(message: str | None) -> dict[str, Any]:
@@ -66,17 +67,34 @@ def _job_change(rv: int, kind: str, event_type: str, obj: Any) -> Change:
                   done[0] if done else "")  # fmt: skip
 
 
+def _statefulset_change(rv: int, kind: str, event_type: str, obj: Any) -> Change:
+    labels = obj.metadata.labels or {}
+    image = obj.spec.template.spec.containers[0].image
+    return Change(rv, kind, event_type, obj.metadata.name, labels.get("app.kubernetes.io/component", ""), image, "")
+
+
+def _revision_change(rv: int, kind: str, event_type: str, obj: Any) -> Change:
+    owner = next((o.name for o in obj.metadata.owner_references or [] if o.kind == "StatefulSet"), "")
+    return Change(rv, kind, event_type, obj.metadata.name, "", "", "", owner=owner)
+
+
 class Recorder:
     """Lists first (synchronously), then watches from the list's resourceVersion: nothing is missed, however
     late the watch threads get going on a busy machine."""
 
-    def __init__(self, api: ApiClient, namespace: str) -> None:
+    def __init__(self, api: ApiClient, namespace: str, kinds: tuple[str, ...] = ("Pod", "Job")) -> None:
         self.changes: list[Change] = []
         self._stop = threading.Event()
         self._threads = []
-        for kind in ("Pod", "Job"):
-            lister = CoreV1Api(api).list_namespaced_pod if kind == "Pod" else BatchV1Api(api).list_namespaced_job
-            build = _pod_change if kind == "Pod" else _job_change
+        apps = AppsV1Api(api)
+        sources = {
+            "Pod": (CoreV1Api(api).list_namespaced_pod, _pod_change),
+            "Job": (BatchV1Api(api).list_namespaced_job, _job_change),
+            "StatefulSet": (apps.list_namespaced_stateful_set, _statefulset_change),
+            "ControllerRevision": (apps.list_namespaced_controller_revision, _revision_change),
+        }
+        for kind in kinds:
+            lister, build = sources[kind]
             listed: Any = lister(namespace)
             self.changes += [build(int(o.metadata.resource_version), kind, "ADDED", o) for o in listed.items]
             args = (lister, build, namespace, kind, listed.metadata.resource_version)

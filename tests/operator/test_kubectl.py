@@ -79,6 +79,20 @@ def test_should_post_one_event_for_the_conditions_one_cause_changed() -> None:
     assert draft.outcome.events == [("Warning", "OverBudget", "Ready=False, Degraded=True: 3 need 33")]
 
 
+def test_should_post_no_event_for_a_condition_joining_a_cause_already_posted() -> None:
+    over = _draft([], [("Ready", False, "ReplicasNotReady", "0/3"), ("ConnectionBudget", False, "OverBudget", "33"),
+                       ("Degraded", True, "OverBudget", "33")])  # fmt: skip
+    settled = _draft(over.new["conditions"], [("Ready", False, "OverBudget", "2/3 replicas ready; held")])
+    settled.transition_events()
+    assert settled.outcome.events == []
+    within = _draft(settled.new["conditions"], [("Ready", True, "AllReplicasReady", "3/3"),
+                                                ("ConnectionBudget", True, "WithinBudget", "fits"),
+                                                ("Degraded", False, "Healthy", "fine")])  # fmt: skip
+    again = _draft(within.new["conditions"], [("ConnectionBudget", False, "OverBudget", "44")])
+    again.transition_events()  # over budget once more: a new transition
+    assert again.outcome.events == [("Warning", "OverBudget", "ConnectionBudget=False: 44")]
+
+
 def test_should_show_a_pool_in_kubectl_as_asked_and_as_running(
     kube_cluster: Cluster, kube_api: ApiClient, kube_namespace: str, pool_database: str
 ) -> None:

@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import time
 from collections.abc import Iterator
+from typing import Any
 
 import psycopg
 import pytest
@@ -24,6 +25,7 @@ from tests.support.pools import (
     get_pool,
     list_events,
     patch_pool,
+    pool_events,
     rolled_out,
     set_schema_behind,
     wait_for_condition,
@@ -38,8 +40,10 @@ def test_should_hold_a_pool_at_the_connection_budget_and_say_why(
     url = small_postgres.create_database("budget")
     create_secret(kube_api, kube_namespace, url)
     create_pool(
-        kube_api, kube_namespace, "big", replicas=5, dbos={"systemDatabasePoolSize": 10, "shutdownDrainTimeoutMs": 3000}
+        kube_api, kube_namespace, "big", replicas=1, dbos={"systemDatabasePoolSize": 10, "shutdownDrainTimeoutMs": 3000}
     )
+    wait_for_condition(kube_api, kube_namespace, "big", "Ready")  # within the budget, its migration done
+    patch_pool(kube_api, kube_namespace, "big", {"replicas": 5})
     pool = wait_for_condition(kube_api, kube_namespace, "big", "ConnectionBudget", "False")
     budget = pool["status"]["connectionBudget"]
     assert budget["maxConnections"] == 40
@@ -57,8 +61,26 @@ def test_should_hold_a_pool_at_the_connection_budget_and_say_why(
             == budget["maxReplicas"]
         ),
     )
-    assert any(e.reason == "OverBudget" and e.message == message for e in list_events(kube_api, kube_namespace))
+    wait_for_pool(kube_api, kube_namespace, "big", "settled below its size",
+                  lambda p: condition(p, "Ready").get("reason") == "OverBudget")  # fmt: skip
+    # One event for going over budget: the transition's, naming the conditions it changed, the scale-up's
+    # rollout with them (posted after any event the same reconcile posted before it); Ready joining the cause
+    # once the workers settled is none.
+    events = _events_once_posted(kube_api, kube_namespace, "OverBudget", "ConnectionBudget=False")
+    changed = "ConnectionBudget=False, Degraded=True, Ready=False, Progressing=True"
+    assert [(e.type, e.message) for e in events] == [("Warning", f"{changed}: {message}")]
+    assert not [e for e in list_events(kube_api, kube_namespace) if e.reason in ("RollingOut", "ReplicasNotReady")]
     assert_no_secret(kube_api, kube_namespace, operator, url)
+
+
+def _events_once_posted(api: ApiClient, namespace: str, reason: str, text: str) -> list[Any]:
+    """Every event with `reason`, once one saying `text` is there (the operator posts a reconcile's events in
+    order, the transitions' last)."""
+    wait_until(
+        f"a {reason} event saying {text!r}",
+        lambda: any(e.reason == reason and text in str(e.message) for e in list_events(api, namespace)),
+    )
+    return [e for e in list_events(api, namespace) if e.reason == reason]
 
 
 def test_should_start_no_pod_of_a_new_version_before_its_migration_succeeded(
@@ -68,10 +90,24 @@ def test_should_start_no_pod_of_a_new_version_before_its_migration_succeeded(
     recorder = Recorder(kube_api, kube_namespace)
     create_pool(kube_api, kube_namespace, "pool", replicas=2, migration={"strategy": "Offline"})
     wait_for_condition(kube_api, kube_namespace, "pool", "Ready")
+    before = len(_events_until_ready(kube_api, kube_namespace))
     set_schema_behind(pool_database)
     patch_pool(kube_api, kube_namespace, "pool", {"image": "fireflow-worker:2"})
     wait_for_pool(kube_api, kube_namespace, "pool", "the new version", rolled_out("fireflow-worker:2"))
-    assert migrate.current_version(pool_database) == migrate.required_version()
+    required = migrate.required_version()
+    assert migrate.current_version(pool_database) == required
+    # One event per step: plan, drain, apply, schema current, the new workers ready.
+    upgrade = _events_until_ready(kube_api, kube_namespace, before)[before:]
+    assert upgrade == [
+        ("Normal", "PlanningMigration", "SchemaReady=False, Ready=False, Progressing=True: a plan Job of the target "
+                                        "image compares the database's schema version with the one it requires"),
+        ("Normal", "DrainingForMigration", f"SchemaReady=False: schema {required - 3} is behind {required}: draining "
+                                           "the pool, as spec.migration.strategy is Offline"),
+        ("Normal", "ApplyingMigration", f"SchemaReady=False: no worker left: migrating schema {required - 3} to "
+                                        f"{required}"),
+        ("Normal", "SchemaCurrent", f"SchemaReady=True: migrated to schema {required}"),
+        ("Normal", "AllReplicasReady", "Ready=True, Progressing=False: 2/2 replicas ready"),
+    ]  # fmt: skip
     recorder.close()
     changes = recorder.ordered()
     assert violations(changes) == []
@@ -81,6 +117,17 @@ def test_should_start_no_pod_of_a_new_version_before_its_migration_succeeded(
     assert {c.image for c in workers if c.type == "ADDED"} == {"fireflow-worker:1", "fireflow-worker:2"}
     old_gone = [c for c in workers if c.type == "DELETED" and c.image == "fireflow-worker:1"]
     assert len(old_gone) == 2  # drained to zero before the migration ran
+
+
+def _events_until_ready(api: ApiClient, namespace: str, after: int = 0) -> list[tuple[str, str, str]]:
+    """The pool's events once one posted after the first `after` says its workers are ready."""
+
+    def posted() -> list[tuple[str, str, str]]:
+        events = pool_events(api, namespace, "pool")
+        return events if any(reason == "AllReplicasReady" for _, reason, _ in events[after:]) else []
+
+    found: list[tuple[str, str, str]] = wait_until("the event of the workers ready", posted)
+    return found
 
 
 def test_should_keep_the_old_version_when_the_migration_fails_then_retry(
@@ -104,6 +151,10 @@ def test_should_keep_the_old_version_when_the_migration_fails_then_retry(
     message = condition(pool, "SchemaReady")["message"]
     assert message.startswith("migration attempt 1 of 3 failed: lock timeout: ")
     assert "canceling statement due to lock timeout" in message
+    _events_once_posted(kube_api, kube_namespace, "MigrationFailed", "attempt 1 of 3 failed")
+    failure = [(e.type, e.reason, e.message) for e in list_events(kube_api, kube_namespace)
+               if "attempt 1 of 3 failed" in str(e.message)]  # fmt: skip
+    assert failure == [("Warning", "MigrationFailed", f"SchemaReady=False, Degraded=True: {message}")]
     # Restored: the old version at its size.
     wait_until(
         "the old version back at size",

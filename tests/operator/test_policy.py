@@ -169,29 +169,59 @@ def test_should_read_a_pool_selector_as_labels_and_refuse_what_is_not_one() -> N
             load_settings({"FIREFLOW_OPERATOR_POOL_SELECTOR": bad})
 
 
-def _pool_on(namespace: str, name: str, labels: dict[str, str], database: str) -> dict[str, Any]:
-    budget = {"server": "7300000000000000001", "database": database}
+SERVER = "7300000000000000001"
+
+
+def _pool_on(namespace: str, name: str, labels: dict[str, str], server: str, created: str) -> dict[str, Any]:
     return {
-        "metadata": {"namespace": namespace, "name": name, "labels": labels},
-        "status": {"connectionBudget": budget},
+        "metadata": {"namespace": namespace, "name": name, "labels": labels, "creationTimestamp": created},
+        "status": {"connectionBudget": {"server": server, "database": name}},
     }
 
 
-def test_should_refuse_a_database_shared_with_another_shards_pool() -> None:
-    sharded = load_settings({"FIREFLOW_OPERATOR_POOL_SELECTOR": "shard=a"})
-    mine = _pool_on("a", "mine", {"shard": "a"}, "app")
-    theirs = _pool_on("b", "theirs", {"shard": "b"}, "app")
-    elsewhere = _pool_on("c", "elsewhere", {"shard": "b"}, "other")
-    server = "7300000000000000001"
-    refusal = shards.shard_conflict(server, "app", [mine, theirs, elsewhere], sharded.selects, sharded.pool_selector)
-    assert refusal is not None and refusal.reason == "DatabaseSharedAcrossShards"
-    assert (
-        "pool b/theirs on this database" in refusal.message
-        and "FIREFLOW_OPERATOR_POOL_SELECTOR=shard=a" in refusal.message
-    )
-    assert shards.shard_conflict(server, "app", [mine, elsewhere], sharded.selects, sharded.pool_selector) is None
-    unreconciled = {"metadata": {"namespace": "b", "name": "new", "labels": {}}}  # no status yet: not on it
-    assert shards.shard_conflict(server, "app", [unreconciled], sharded.selects, sharded.pool_selector) is None
+def test_should_refuse_the_younger_of_two_shards_pools_on_one_server_and_let_the_older_stand() -> None:
+    shard_a = load_settings({"FIREFLOW_OPERATOR_POOL_SELECTOR": "shard=a"})
+    shard_b = load_settings({"FIREFLOW_OPERATOR_POOL_SELECTOR": "shard=b"})
+    older = _pool_on("a", "older", {"shard": "a"}, SERVER, "2026-12-01T10:00:00Z")
+    younger = _pool_on("b", "younger", {"shard": "b"}, SERVER, "2026-12-01T10:00:05Z")
+    elsewhere = _pool_on("c", "elsewhere", {"shard": "b"}, "7300000000000000002", "2026-11-01T00:00:00Z")
+    fleet = [older, younger, elsewhere]
+
+    def refused(pool: dict[str, Any], settings: Any) -> Any:
+        return shards.shard_conflict(pool["metadata"], SERVER, fleet, settings.selects, settings.pool_selector)
+
+    # Both report the server (the younger ran in shard a before it was relabelled): only the younger is refused.
+    assert refused(older, shard_a) is None
+    refusal = refused(younger, shard_b)
+    assert refusal is not None and refusal.reason == "ServerSharedAcrossShards"
+    assert "pool a/older, older than this one and on the same PostgreSQL server" in refusal.message
+    assert "FIREFLOW_OPERATOR_POOL_SELECTOR=shard=b" in refusal.message
+    # Created in the same second: namespace and name decide, the same way in every operator.
+    twin = _pool_on("a", "twin", {"shard": "b"}, SERVER, "2026-12-01T10:00:00Z")
+    assert shards.shard_conflict(twin["metadata"], SERVER, [older, twin], shard_b.selects, {"shard": "b"})
+    assert not shards.shard_conflict(older["metadata"], SERVER, [older, twin], shard_a.selects, {"shard": "a"})
+    unreconciled = {"metadata": {"namespace": "b", "name": "new", "labels": {}, "creationTimestamp": "2020-01-01"}}
+    assert shards.shard_conflict(younger["metadata"], SERVER, [unreconciled], shard_b.selects, {"shard": "b"}) is None
+
+
+def test_should_report_a_pool_another_operator_still_selects_and_not_one_moved_between_shards() -> None:
+    sharded = shards.claim(load_settings({"FIREFLOW_OPERATOR_POOL_SELECTOR": "shard=a,team=x",
+                                          "FIREFLOW_OPERATOR_LEADER_ELECTION_NAMESPACE": "ops"}))  # fmt: skip
+    assert sharded == {"lease": "ops/fireflow-operator", "poolSelector": "shard=a,team=x", "namespaces": []}
+    unsharded = {"lease": "other/fireflow-operator", "poolSelector": "", "namespaces": []}
+    labels = {"shard": "a", "team": "x"}
+    assert shards.other_claimant(unsharded, sharded, "apps", labels) == unsharded  # selects every pool
+    assert shards.other_claimant(None, sharded, "apps", labels) is None
+    assert shards.other_claimant(sharded, sharded, "apps", labels) is None
+    moved = {"lease": "ops-b/fireflow-operator", "poolSelector": "shard=b", "namespaces": []}
+    assert shards.other_claimant(moved, sharded, "apps", labels) is None  # its selector no longer matches
+    elsewhere = {"lease": "ns/fireflow-operator", "poolSelector": "", "namespaces": ["team-b"]}
+    assert shards.other_claimant(elsewhere, sharded, "apps", labels) is None
+    upgraded = {**sharded, "poolSelector": "shard=a"}  # the same release before a helm upgrade
+    assert shards.other_claimant(upgraded, sharded, "apps", labels) is None
+    message = shards.overlap_message(unsharded, sharded)
+    assert "Lease other/fireflow-operator (FIREFLOW_OPERATOR_POOL_SELECTOR: every pool" in message
+    assert "give the releases disjoint poolSelector (or watchNamespaces) values" in message
 
 
 def _pod(name: str, waiting: tuple[str, str] | None = None, unschedulable: str | None = None) -> Any:

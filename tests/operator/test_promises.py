@@ -80,8 +80,9 @@ def test_should_probe_and_migrate_a_database_left_at_an_old_dbos_schema(
     create_pool(kube_api, kube_namespace, "pool", replicas=1)
     pool = wait_for_condition(kube_api, kube_namespace, "pool", "Ready")
     assert pool["status"]["schemaVersion"] == migrate.required_version() == migrate.current_version(pool_database)
-    reasons = {e.reason for e in list_events(kube_api, kube_namespace)}
-    assert "DatabaseUnreachable" not in reasons and "MigrationSucceeded" in reasons
+    said = {(e.reason, e.message) for e in list_events(kube_api, kube_namespace)}
+    assert "DatabaseUnreachable" not in {reason for reason, _ in said}
+    assert ("SchemaCurrent", f"SchemaReady=True: migrated to schema {migrate.required_version()}") in said
 
 
 def test_should_tell_an_unreachable_database_from_a_failed_query(

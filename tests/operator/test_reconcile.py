@@ -11,6 +11,7 @@ from tests.support.pools import (
     condition,
     create_secret,
     pool_body,
+    pool_events,
     wait_for_condition,
     wait_until,
 )
@@ -49,9 +50,27 @@ def test_should_create_exactly_the_expected_children_and_become_ready(
     assert [p.metadata.name for p in PolicyV1Api(kube_api).list_namespaced_pod_disruption_budget(ns).items] == [
         "workers"
     ]
+    # One event per transition (the conditions one cause changed share it): the plan Job, the budget, the
+    # apply Job (online: the database was empty), the schema current, the workers ready.
+    expected = ["PlanningMigration", "WithinBudget", "ApplyingMigration", "SchemaCurrent", "AllReplicasReady"]
+
+    def posted() -> list[tuple[str, str, str]]:
+        events = pool_events(kube_api, ns, "workers")
+        return events if any(reason == "AllReplicasReady" for _, reason, _ in events) else []
+
+    events = wait_until("the event of the workers ready", posted)
+    assert [(kind, reason) for kind, reason, _ in events] == [("Normal", reason) for reason in expected]
+    said = {reason: message for _, reason, message in events}
+    assert said["PlanningMigration"].startswith("SchemaReady=False, Ready=False, Progressing=True, Degraded=False: ")
+    assert said["PlanningMigration"].endswith("a plan Job of the target image compares the database's schema "
+                                              "version with the one it requires")  # fmt: skip
+    required = migrate.required_version()
+    assert said["ApplyingMigration"] == (
+        f"SchemaReady=False: schema 0 is behind {required}: applying online, the pool keeps serving"
+    )
+    assert said["SchemaCurrent"] == f"SchemaReady=True: migrated to schema {required}"
+    assert said["AllReplicasReady"] == "Ready=True, Progressing=False: 2/2 replicas ready"
     # The plan and apply Jobs ran, and were deleted once the status held their outcome.
-    reasons = [e.reason for e in CoreV1Api(kube_api).list_namespaced_event(ns).items]
-    assert {"MigrationPlanning", "MigrationApplying", "MigrationSucceeded"} <= set(reasons)
     wait_until("finished Jobs cleaned up", lambda: not BatchV1Api(kube_api).list_namespaced_job(ns).items)
     copy = CoreV1Api(kube_api).read_namespaced_secret("workers-connection", ns)  # kept for the finalizer
     assert copy.metadata.finalizers == ["fireflow.persistent.ai/recover-runs"]

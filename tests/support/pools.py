@@ -19,7 +19,7 @@ from kubernetes.client import ApiClient, CoreV1Api, CustomObjectsApi
 from kubernetes.client.exceptions import ApiException
 
 from fireflow_local.postgres import free_port
-from fireflow_operator.api.model import GROUP, PLURAL, VERSION
+from fireflow_operator.api.model import GROUP, KIND, PLURAL, VERSION
 from tests.kube.cluster import Cluster
 
 OPERATOR_BIN = str(Path(sys.executable).with_name("fireflow-operator"))
@@ -164,6 +164,15 @@ def patch_pool(api: ApiClient, namespace: str, name: str, spec: dict[str, Any]) 
 
 def list_events(api: ApiClient, namespace: str) -> list[Any]:
     return list(CoreV1Api(api).list_namespaced_event(namespace).items)
+
+
+def pool_events(api: ApiClient, namespace: str, name: str) -> list[tuple[str, str, str]]:
+    """(type, reason, message) of the pool's events, in the order they were posted."""
+    posted = [
+        e for e in list_events(api, namespace) if (e.involved_object.kind, e.involved_object.name) == (KIND, name)
+    ]
+    posted.sort(key=lambda e: e.event_time or e.first_timestamp)
+    return [(str(e.type), str(e.reason), str(e.message)) for e in posted]
 
 
 def assert_no_secret(api: ApiClient, namespace: str, operator: OperatorProcess, url: str) -> None:

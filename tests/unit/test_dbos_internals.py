@@ -80,6 +80,10 @@ SIGNATURES: dict[str, str] = {
         "(engine: sqlalchemy.engine.base.Engine, schema: str, use_listen_notify: bool) -> None"
     ),
     "dbos._migration.ensure_dbos_schema": "(engine: sqlalchemy.engine.base.Engine, schema: str) -> None",
+    # run_encodings reads a pickled run request with it (dbos_internals.pickled_arguments).
+    "dbos._serialization.deserialize_args": (
+        "(serialized_value: 'str', serialization: 'Optional[str]', serializer: 'Serializer') -> 'WorkflowInputs'"
+    ),
     "dbos._serialization.deserialize_value": (
         "(serialized_value: 'Optional[str]', serialization: 'Optional[str]', serializer: 'Serializer') "
         "-> 'Optional[Any]'"
@@ -109,7 +113,11 @@ ATTRIBUTES: dict[str, str] = {
 }
 
 # Types named only (dbos_internals' annotations, benchmarks/workload.py's serializer): they must still exist.
-TYPES: set[str] = {"dbos._context.DBOSContext", "dbos._serialization.DBOSDefaultSerializer"}
+TYPES: set[str] = {
+    "dbos._context.DBOSContext",
+    "dbos._serialization.DBOSDefaultSerializer",
+    "dbos._serialization.WorkflowInputs",
+}
 
 # Names a DBOS function must still use: what dbos_internals replaces or recognises is what DBOS calls.
 USES: dict[str, str] = {

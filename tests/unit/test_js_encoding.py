@@ -26,17 +26,22 @@ def test_should_decode_dates_bigints_sets_maps_and_undefined_as_the_portable_enc
     (decoded,) = decode_arguments(_superjson([request], meta))
     assert decoded == {
         "flow_ref": "f",
-        "inputs": {"when": "2026-12-04T10:00:00.000Z", "big": 12345678901234567890, "tags": ["a", "b"],
+        "inputs": {"when": "2026-12-04T10:00:00.000Z", "big": "12345678901234567890", "tags": ["a", "b"],
                    "by": {"x": 1, "y": 2}},
         "list": [1, None, 3],
     }  # fmt: skip
 
 
 def test_should_find_keys_that_hold_dots() -> None:
-    (decoded,) = decode_arguments(_superjson([{"inputs": {"a.b": "1"}}], {"values": {"0.inputs.a.b": ["bigint"]}}))
-    assert decoded == {"inputs": {"a.b": 1}}
-    (escaped,) = decode_arguments(_superjson([{"inputs": {"a.b": "2"}}], {"values": {"0.inputs.a\\.b": ["bigint"]}}))
-    assert escaped == {"inputs": {"a.b": 2}}
+    # An `undefined` is dropped: the field is gone only if the path found it.
+    (decoded,) = decode_arguments(
+        _superjson([{"inputs": {"a.b": 1, "c": 2}}], {"values": {"0.inputs.a.b": ["undefined"]}})
+    )
+    assert decoded == {"inputs": {"c": 2}}
+    (escaped,) = decode_arguments(
+        _superjson([{"inputs": {"a.b": 1, "c": 2}}], {"values": {"0.inputs.a\\.b": ["undefined"]}})
+    )
+    assert escaped == {"inputs": {"c": 2}}
 
 
 @pytest.mark.parametrize(
@@ -65,7 +70,7 @@ def test_should_refuse_a_circular_structure_and_a_map_with_other_keys() -> None:
 def test_should_decode_the_legacy_tagged_json_of_older_sdks() -> None:
     text = json.dumps([{"inputs": {"when": {"dbos_type": "dbos_Date", "dbos_data": "2026-01-01T00:00:00.000Z"},
                                    "n": {"dbos_type": "dbos_BigInt", "dbos_data": "7"}}}])  # fmt: skip
-    assert decode_arguments(text) == [{"inputs": {"when": "2026-01-01T00:00:00.000Z", "n": 7}}]
+    assert decode_arguments(text) == [{"inputs": {"when": "2026-01-01T00:00:00.000Z", "n": "7"}}]
     with pytest.raises(UndecodableValueError, match=r"inputs\.b is a JavaScript Buffer"):
         decode_arguments(json.dumps([{"inputs": {"b": {"type": "Buffer", "data": [1]}}}]))
 

@@ -7,7 +7,7 @@ from typing import Any
 import pytest
 from pydantic import ValidationError
 
-from fireflow_contract import executor_ids
+from fireflow_contract import executor_ids, worker_variables
 from fireflow_contract.executor_ids import processes_for_cpu_limit
 from fireflow_operator.api import names
 from fireflow_operator.api.k8s_types import cpu_cores
@@ -46,6 +46,15 @@ def test_should_build_a_statefulset_whose_pod_names_are_executor_ids() -> None:
     assert sts["spec"]["replicas"] == 3
     assert sts["spec"]["selector"]["matchLabels"] == names.selector_labels("pool")
     assert sts["metadata"]["ownerReferences"][0]["uid"] == "uid-1"
+
+
+def test_should_name_the_pool_to_every_versions_workers_for_their_log_lines() -> None:
+    for index in (0, 2):
+        sts = build_statefulset(_pool(), image="i", application_version="1", replicas=1, version_index=index)
+        env = {e["name"]: e for e in sts["spec"]["template"]["spec"]["containers"][0]["env"]}
+        # The worker's log lines carry `pool` from it, and `namespace` from POD_NAMESPACE.
+        assert env[worker_variables.POOL] == {"name": "FIREFLOW_POOL", "value": "pool"}
+        assert env[worker_variables.POD_NAMESPACE]["valueFrom"]["fieldRef"]["fieldPath"] == "metadata.namespace"
 
 
 def test_should_leave_replicas_out_when_an_autoscaler_owns_them() -> None:
@@ -170,6 +179,17 @@ def test_should_keep_the_fleet_from_watch_events_without_a_stale_list_undoing_th
     index.observe(_pool_body("c", 14), deleted=True)
     assert sorted(p["metadata"]["name"] for p in index.pools(list_all)) == ["a", "b"]
     assert calls == [1]  # listed once, then only the watch
+
+
+def test_should_drop_from_the_index_what_a_later_list_lacks_and_take_a_standbys_list_as_the_fleet() -> None:
+    index = PoolIndex()
+    index.observe(_pool_body("gone", 5))  # deleted while the standby's watch was down: its event missed
+    index.observe(_pool_body("newer", 21))  # created after the LIST below started
+    index.listed([_pool_body("kept", 8)], "", 20)
+    index.mark_filled()
+    assert sorted(p["metadata"]["name"] for p in index.pools(lambda: [])) == ["kept", "newer"]
+    index.observe(_pool_body("gone", 6))  # an older event after the LIST: it stays deleted
+    assert sorted(p["metadata"]["name"] for p in index.pools(lambda: [])) == ["kept", "newer"]
 
 
 def test_should_publish_runs_not_recovered_as_a_series_when_the_finalizer_is_blocked() -> None:

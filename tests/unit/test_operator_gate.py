@@ -73,7 +73,7 @@ def test_should_say_what_planning_does_even_after_a_done_round() -> None:
         "SchemaReady",
         False,
         "PlanningMigration",
-        "a plan Job of the target image reads the database's schema version",
+        "a plan Job of the target image compares the database's schema version with the one it requires",
     )
 
 

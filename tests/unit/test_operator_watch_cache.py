@@ -32,7 +32,7 @@ def test_should_tell_a_new_version_from_a_repeated_or_older_one() -> None:
     assert index.observe(_body("a", 6))
     assert index.observe(_body("a", 7), deleted=True)
     assert not index.observe(_body("a", 6))  # older than its deletion: stays deleted
-    assert index.get(("ns", "a")) is None
+    assert index.get("ns", "a") is None and index.gone("ns", "a")
 
 
 def test_should_drop_what_a_later_list_no_longer_has_but_keep_what_came_after_it() -> None:

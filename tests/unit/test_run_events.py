@@ -8,9 +8,12 @@ from typing import Any
 import pytest
 from dbos import error as dbos_error
 
+from fireflow_contract.run_request import LIVE_DETAIL as LIVE
+from fireflow_contract.run_request import STEPS_DETAIL as STEPS
+from fireflow_contract.run_request import event_detail
 from fireflow_worker.flows.nodetype import NodeError
 from fireflow_worker.node_step import node_finished_event
-from fireflow_worker.run_events import LIVE, STEPS, Deriver, Step, error_line, event_detail, flow_label
+from fireflow_worker.run_events import Deriver, Step, error_line, flow_label
 
 FLOW = {
     "name": "three",

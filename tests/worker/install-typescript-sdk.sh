@@ -3,7 +3,9 @@
 # versions installed with `npm ci` from the npm registry, once per lock file, into
 #   ${FIREFLOW_CACHE_DIR:-~/.cache/fireflow-pool}/npm/interop-<hash of package.json + package-lock.json>
 # (npm's own cache beside it, so a second install needs no network). Prints that directory. Node.js and npm
-# come from Debian (`nodejs`, `npm`) when missing, which needs root. A no-op when cached.
+# come from Debian (`nodejs`, `npm`) when missing, which needs root. A no-op when cached. Several processes
+# (pytest-xdist's, .ci/test's) may run it at once on a cold cache: one installs, under a lock, the others wait
+# for it and print the same directory.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 source_dir=examples/interop/typescript
@@ -31,7 +33,13 @@ if ! command -v node >/dev/null || ! command -v npm >/dev/null; then
         nodejs npm >/dev/null
     exec {lock}>&-
 fi
-mkdir -p "$cache_dir/npm"
+mkdir -p "$cache_dir/npm" "$cache_dir/run"
+exec {install_lock}>"$cache_dir/run/npm-interop.lock" # one npm ci, rm and mv at a time
+flock "$install_lock"
+if [[ -f "$dest/.installed" ]]; then # installed by another process while this one waited
+    echo "$dest"
+    exit 0
+fi
 work="$(mktemp -d "$cache_dir/npm/.interop-XXXXXX")"
 trap 'rm -rf "$work"' EXIT
 cp "$source_dir/package.json" "$source_dir/package-lock.json" "$work/"

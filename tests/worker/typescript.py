@@ -69,6 +69,11 @@ class TypeScriptCaller:
             self._command("events", run_id), env=self.env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
         )
 
+    def listing(self, run_id: str) -> dict[str, Any]:
+        """{"status", "input"}: the run as listWorkflows({loadInput: true}) shows it."""
+        answer: dict[str, Any] = json.loads(self.run("list", run_id))
+        return answer
+
     def cancel(self, run_id: str) -> None:
         self.run("cancel", run_id)
 

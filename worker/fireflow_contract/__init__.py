@@ -6,5 +6,6 @@ languages on the executions database agree on. The operator image carries this p
 - `migration_summary`: the line `fireflow-worker migrate` prints and the operator reads;
 - `dburl`: the database URL forms and how their passwords stay out of every output;
 - `queues`, `run_request`, `js_encoding`, `schemas/`: the run contract with other languages (docs/run-contract.md);
+- `resume`: how an ended run runs again, for the worker's client and the operator's kubectl plugin alike;
 - `logformat`, `telemetry`: how every FireFlow process logs and traces, as log and trace pipelines see it.
 """

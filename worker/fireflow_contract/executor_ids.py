@@ -43,11 +43,18 @@ def child_executor_id(worker_id: str | None, index: int) -> str | None:
     return f"{worker_id or 'local'}{CHILD_SUFFIX}{index}"
 
 
+def statefulset_prefix(namespace: str, statefulset: str) -> str:
+    """What the executor ids of a StatefulSet's pods start with; ORDINAL_AND_PROCESS follows."""
+    return executor_id(namespace, f"{statefulset}-")
+
+
 def pool_executor_pattern(namespace: str, pool_name: str) -> re.Pattern[str]:
     """Every executor id the pool's pods can have, of every version's StatefulSet (`<pool>-<ordinal>`,
     `<pool>-v<N>-<ordinal>`, each with an optional `-p<k>` process suffix), and no other pool's: a prefix
-    alone would also match a pool named `<pool>-b` in the same namespace."""
-    return re.compile(rf"{re.escape(namespace)}\.{re.escape(pool_name)}(?:-v\d+)?-\d+(?:-p\d+)?")
+    alone would also match a pool named `<pool>-b` in the same namespace. Its groups: the StatefulSet, the
+    ordinal, the process (PostgreSQL's regular expressions read it too)."""
+    pool = re.escape(pool_name)
+    return re.compile(rf"{re.escape(namespace)}\.({pool}(?:-v\d+)?)-(\d+)(?:{CHILD_SUFFIX}(\d+))?")
 
 
 def connection_name(executor: str) -> str:

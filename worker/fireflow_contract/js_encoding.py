@@ -4,8 +4,8 @@
 `{"json": <the values>, "meta": <a type map>, "__dbos_serializer": "superjson"}` (superjson 1.x), or, written
 by older SDKs, the legacy JSON where a Date is `{"dbos_type": "dbos_Date", "dbos_data": ISO}` and a BigInt
 `{"dbos_type": "dbos_BigInt", "dbos_data": digits}`. A run request is JSON data, so what it can hold decodes
-to plain JSON the way the SDK's own portable encoding writes it: a Date becomes its ISO string, a BigInt an
-integer, `undefined` an absent field (null in an array), a Set a list, a Map with string keys an object.
+to plain JSON the way the SDK's own portable encoding writes it: a Date becomes its ISO string, a BigInt its
+decimal string, `undefined` an absent field (null in an array), a Set a list, a Map with string keys an object.
 Anything else (NaN, a RegExp, an Error, a class instance, a Buffer, a typed array, a Symbol) has no JSON
 form: `UndecodableValueError` names it and where it is.
 """
@@ -23,9 +23,9 @@ _ABSENT = object()
 class UndecodableValueError(ValueError):
     """A value of the request that has no JSON form; the message names its type and where it is."""
 
-    def __init__(self, kind: str, path: list[str]) -> None:
+    def __init__(self, kind: str, path: list[str], language: str = "JavaScript") -> None:
         where = ".".join(path[1:]) if len(path) > 1 else "the request"  # path[0] is the argument's index
-        super().__init__(f"{where} is a JavaScript {kind}, which a run request cannot carry")
+        super().__init__(f"{where} is a {language} {kind}, which a run request cannot carry")
         self.kind = kind
 
 
@@ -116,7 +116,7 @@ def _annotated(value: Any, annotation: Any, path: list[str]) -> Any:
     if kind == "Date":
         return value  # superjson's json part holds the ISO string, as the portable encoding writes a Date
     if kind == "bigint":
-        return int(value)
+        return str(value)  # the portable encoding's `toString(10)`: an integer past 2^53 stays exact everywhere
     if kind == "undefined":
         return _ABSENT
     if kind == "set":
@@ -159,7 +159,7 @@ def _legacy(value: Any, path: list[str]) -> Any:
         if tag == "dbos_Date" and isinstance(value.get("dbos_data"), str):
             return value["dbos_data"]
         if tag == "dbos_BigInt" and isinstance(value.get("dbos_data"), str):
-            return int(value["dbos_data"])
+            return value["dbos_data"]
         if value.get("type") == "Buffer" and isinstance(value.get("data"), list):
             raise UndecodableValueError("Buffer", path)
         return {key: _legacy(item, [*path, key]) for key, item in value.items()}

@@ -22,11 +22,11 @@ import os
 import sys
 import time
 from collections.abc import Iterator, Mapping
-from typing import Any, Literal, TextIO
+from typing import Any, Final, Literal, TextIO
 
 LogFormat = Literal["text", "json"]
 LOG_FORMATS: tuple[LogFormat, ...] = ("text", "json")
-LOG_FORMAT_ENV = "FIREFLOW_LOG_FORMAT"
+LOG_FORMAT_ENV: Final = "FIREFLOW_LOG_FORMAT"
 # The context fields, in the order they are written.
 CONTEXT_FIELDS = ("namespace", "pool", "executor", "run_id", "node", "object", "trace_id", "span_id")
 

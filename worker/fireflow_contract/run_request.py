@@ -33,22 +33,24 @@ FLOW_REF = "flow_ref"
 INPUTS = "inputs"
 QUEUE = "queue"
 EVENTS = "events"
+# The event details a request may ask for; without `events`, a run of these queues is `live`, others `steps`.
 STEPS_DETAIL = "steps"
 LIVE_DETAIL = "live"
+EVENT_DETAILS = (STEPS_DETAIL, LIVE_DETAIL)
+LIVE_BY_DEFAULT_QUEUES = (queues.SANDBOX,)
 # The enqueuer's W3C Trace Context (https://www.w3.org/TR/trace-context/), optional: the run's spans continue
 # that trace (telemetry.py).
 TRACEPARENT = "traceparent"
 TRACESTATE = "tracestate"
 
-# DBOS's names of the encodings in `workflow_status.serialization`. The worker writes portable JSON; it reads
-# portable JSON and DBOS-py's pickle, and decodes the TypeScript SDK's own encoding (superjson, and the legacy
-# JSON before it) into portable JSON when it claims such a run.
+# DBOS's names of the encodings in `workflow_status.serialization`. The worker reads and writes portable JSON;
+# it decodes DBOS-py's pickle and the TypeScript SDK's own encoding (superjson, and the legacy JSON before it)
+# into portable JSON when it claims such a run, so that its result, error and events are portable too.
 PORTABLE_JSON = "portable_json"
 PY_PICKLE = "py_pickle"
 JS_SUPERJSON = "js_superjson"
 JS_LEGACY = "js_legacy"
-READABLE_ENCODINGS = (PORTABLE_JSON, PY_PICKLE)
-DECODED_ENCODINGS = (JS_SUPERJSON, JS_LEGACY)
+DECODED_ENCODINGS = (PY_PICKLE, JS_SUPERJSON, JS_LEGACY)
 
 # The `name` of every run error in its portable form {"name", "message", "code", "data"}.
 RUN_ERROR_NAME = "RunFailedError"
@@ -122,9 +124,40 @@ def build_request(
     return request
 
 
+def request_in(inputs: Any) -> Any:
+    """The run request in a run's inputs as DBOS-py's client reads them back (`{"args": [request], "kwargs":
+    {}}`); None when there is none."""
+    args = inputs.get("args") if isinstance(inputs, dict) else None
+    return args[0] if args else None
+
+
+def queue_of(request: Any) -> str:
+    """The queue a run was enqueued on, from its request (DBOS clears a run's queue when it ends); the executions
+    queue when the request names none of the contract's."""
+    queue = request.get(QUEUE) if isinstance(request, dict) else None
+    return str(queue) if queue in QUEUES else queues.EXECUTIONS
+
+
+def event_detail(request: Any) -> str:
+    """The run's event detail: its request's choice, else its queue's default."""
+    if not isinstance(request, dict):
+        return STEPS_DETAIL
+    chosen = request.get(EVENTS)
+    if chosen in EVENT_DETAILS:
+        return str(chosen)
+    return LIVE_DETAIL if request.get(QUEUE) in LIVE_BY_DEFAULT_QUEUES else STEPS_DETAIL
+
+
 def portable_arguments(request: Any) -> str:
     """The workflow's input as DBOS's portable JSON encoding stores it (`workflow_status.inputs`)."""
     return json.dumps({"positionalArgs": [request], "namedArgs": {}}, separators=(",", ":"), ensure_ascii=False)
+
+
+def unreadable_arguments(encoding: str, stored: str | None) -> str:
+    """The input of a run ended at claim because its request could not be read, in portable JSON: one argument
+    `{"encoding", "stored"}` holding the encoding it was sent in and its stored text, so that a portable reader
+    lists the run and nothing of what was sent is lost."""
+    return portable_arguments({"encoding": encoding, "stored": stored})
 
 
 def portable_error(message: str) -> str:

@@ -37,6 +37,7 @@ CONNECTION_NAME: Final = "PGAPPNAME"  # the worker names its own connections (ex
 VERSION_ROLE: Final = "FIREFLOW_VERSION_ROLE"
 VERSION_ROLE_MANAGED: Final = "managed"  # the operator decides which application version is DBOS's latest
 PROCESSES: Final = "FIREFLOW_WORKER_PROCESSES"
+POOL: Final = "FIREFLOW_POOL"  # the pool's name: the `pool` field of the worker's log lines
 
 RESERVED: tuple[str, ...] = (
     DATABASE_URL,
@@ -65,4 +66,5 @@ RESERVED: tuple[str, ...] = (
     CONNECTION_NAME,
     VERSION_ROLE,
     PROCESSES,
+    POOL,
 )

@@ -15,11 +15,11 @@ from typing import Any
 from dbos import DBOSClient, WorkflowSerializationFormat
 from dbos import error as dbos_error
 
-from fireflow_contract import queues, run_request, telemetry
+from fireflow_contract import queues, resume, run_request, telemetry
 from fireflow_contract.run_request import EVENTS_STREAM, TERMINAL_STATUSES, WORKFLOW_NAME
 from fireflow_worker.flow_store import FlowNotFoundError, load_flow_definition, save_flow
 from fireflow_worker.flows.validate import FlowValidationError, load_flow, validate_run_inputs
-from fireflow_worker.run_events import EVENT_DETAILS, LIVE, Deriver, Step, event_detail
+from fireflow_worker.run_events import Deriver, Step
 
 # How often a follower of a run without live events reads its records (two indexed reads each time).
 DERIVED_POLL_SECONDS = 0.1
@@ -104,8 +104,8 @@ class FireflowClient:
         """
         if (flow is None) == (flow_ref is None):
             raise ValueError("give exactly one of flow and flow_ref")
-        if events is not None and events not in EVENT_DETAILS:
-            raise ValueError(f"unknown event detail {events!r}; known: {', '.join(EVENT_DETAILS)}")
+        if events is not None and events not in run_request.EVENT_DETAILS:
+            raise ValueError(f"unknown event detail {events!r}; known: {', '.join(run_request.EVENT_DETAILS)}")
         if queue not in queues.ALL_QUEUES:
             raise ValueError(f"unknown queue {queue!r}; known: {', '.join(queues.ALL_QUEUES)}")
         if flow_ref is not None:
@@ -147,7 +147,7 @@ class FireflowClient:
         (DBOSStreamTimeoutError).
         """
         request = self._request(run_id)
-        if event_detail(request) == LIVE:
+        if run_request.event_detail(request) == run_request.LIVE_DETAIL:
             yield from self._dbos.read_stream(run_id, EVENTS_STREAM, timeout_seconds=timeout_seconds)
             return
         deriver = Deriver(request)
@@ -172,9 +172,7 @@ class FireflowClient:
         found = self._dbos.list_workflows(workflow_ids=[run_id], load_input=True, load_output=False)
         if not found:
             raise RunNotFoundError(f"there is no run {run_id!r}")
-        inputs: Any = found[0].input or {}
-        args = inputs.get("args") if isinstance(inputs, dict) else None
-        return args[0] if args else None
+        return run_request.request_in(found[0].input)
 
     def result(self, run_id: str, *, timeout_seconds: float | None = None) -> Any:
         """Wait for the run to end and return its result.
@@ -250,26 +248,16 @@ class FireflowClient:
         before the first failed node and runs from that node on.
         """
         status = self.status(run_id)
-        if status.status == "SUCCESS":
-            raise RunStateError(f"run {run_id} succeeded; there is nothing to resume")
-        if status.status not in TERMINAL_STATUSES:
-            raise RunStateError(f"run {run_id} is {status.status}; only an ended run can be resumed")
-        queue = self._queue_of(run_id)
-        if status.status in ("CANCELLED", "MAX_RECOVERY_ATTEMPTS_EXCEEDED"):
+        try:
+            in_place = resume.resumes_in_place(run_id, status.status)
+            queue = run_request.queue_of(self._request(run_id))
+            start = None
+            if not in_place:  # its steps' outputs are loaded with their errors (DBOS reads both or neither)
+                start = resume.fork_step(run_id, self._dbos.list_workflow_steps(run_id), status.error)
+        except resume.NotResumableError as err:
+            raise RunStateError(str(err)) from None
+        if start is None:
             self._dbos.resume_workflow(run_id, queue_name=queue)
             return run_id
-        # Outputs are loaded with errors (DBOS reads both or neither); a run's outputs are bounded.
-        failed = [step for step in self._dbos.list_workflow_steps(run_id) if step["error"] is not None]
-        if not failed:
-            raise RunStateError(
-                f"run {run_id} failed outside any node ({status.error}); it would fail again: enqueue a new run"
-            )
-        start = min(step["function_id"] for step in failed)
         handle: Any = self._dbos.fork_workflow(run_id, start, queue_name=queue)
         return str(handle.get_workflow_id())
-
-    def _queue_of(self, run_id: str) -> str:
-        """The queue the run was enqueued on (its request says; DBOS clears it when a run ends)."""
-        request = self._request(run_id)
-        queue = request.get("queue") if isinstance(request, dict) else None
-        return str(queue) if queue in queues.ALL_QUEUES else queues.EXECUTIONS

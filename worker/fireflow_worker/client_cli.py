@@ -19,7 +19,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from fireflow_contract import queues
+from fireflow_contract import queues, run_request, worker_variables
 from fireflow_contract.dburl import POSTGRES_SCHEMES, SecretMask, mask_logs, redact_url, url_problem
 from fireflow_contract.explain import database_error
 from fireflow_contract.version import version_line
@@ -72,8 +72,8 @@ def _parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--version", action="version", version=version_line("fireflow"))
     parser.add_argument("--debug", action="store_true", help="print the traceback of an error")
-    parser.add_argument("--database-url", default=os.environ.get("DATABASE_URL_EXECUTIONS"))
-    parser.add_argument("--application-name", default=os.environ.get("DBOS_APPLICATION_NAME", "fireflow"))
+    parser.add_argument("--database-url", default=os.environ.get(worker_variables.DATABASE_URL))
+    parser.add_argument("--application-name", default=os.environ.get(worker_variables.APPLICATION_NAME, "fireflow"))
     sub = parser.add_subparsers(dest="command", required=True)
     run = sub.add_parser("run", help="enqueue a run of FLOW (a YAML/JSON file, or a stored flow with --ref)")
     run.add_argument("flow")
@@ -83,7 +83,7 @@ def _parser() -> argparse.ArgumentParser:
     run.add_argument("--follow", action="store_true", help="stream node events live, then print the result")
     run.add_argument(
         "--events",
-        choices=("steps", "live"),
+        choices=run_request.EVENT_DETAILS,
         default=None,
         help="the run's event detail: live writes every event as it happens (the default with --follow); "
         "steps derives them from the run's records (the default otherwise, except on fireflow-sandbox)",
@@ -195,7 +195,7 @@ def _command(client: Any, args: argparse.Namespace) -> int:
         print(f"resumed run {run_id}" if same else f"resumed run {args.run_id} as new run {run_id}", flush=True)
         return _follow(client, run_id) if args.follow else 0
     inputs = _inputs_of(args)
-    events = args.events or ("live" if args.follow else None)
+    events = args.events or (run_request.LIVE_DETAIL if args.follow else None)
     if args.ref:
         run_id = client.enqueue(flow_ref=args.flow, inputs=inputs, queue=args.queue, events=events)
     else:

@@ -25,7 +25,7 @@ from pydantic import (
 from fireflow_contract import worker_variables
 from fireflow_contract.dburl import POSTGRES_SCHEMES, redact_url, url_problem
 from fireflow_contract.executor_ids import MAX_EXECUTOR_ID_CHARS, MAX_PROCESSES, child_executor_id
-from fireflow_contract.logformat import LogFormat
+from fireflow_contract.logformat import LOG_FORMAT_ENV, LogFormat
 from fireflow_contract.queues import ALL_QUEUES, BACKGROUND, EXECUTIONS, SANDBOX, TERMINAL
 from fireflow_worker.processes import default_processes
 
@@ -163,7 +163,7 @@ class WorkerConfig(BaseModel):
     # SQLAlchemy's ping before every pooled checkout: one more round trip per database transaction.
     pool_pre_ping: Bool = Field(False, alias="FIREFLOW_POOL_PRE_PING")
     # Every line of the process as text or as one JSON object (see logformat.py).
-    log_format: Annotated[LogFormat, BeforeValidator(_lower)] = Field("text", alias="FIREFLOW_LOG_FORMAT")
+    log_format: Annotated[LogFormat, BeforeValidator(_lower)] = Field("text", alias=LOG_FORMAT_ENV)
 
     @model_validator(mode="after")
     def _database_or_local(self) -> WorkerConfig:
@@ -277,7 +277,7 @@ def _one_line(err: ValidationError, values: Mapping[str, Any]) -> str:
     alias = str(loc[0])
     field_name = next((name for name, info in WorkerConfig.model_fields.items() if info.alias == alias), alias)
     raw = values.get(alias, "")
-    shown = redact_url(str(raw)) if alias == "DATABASE_URL_EXECUTIONS" else str(raw)
+    shown = redact_url(str(raw)) if alias == worker_variables.DATABASE_URL else str(raw)
     problem = str(first["msg"]).removeprefix("Value error, ")
     hint = _field_hint(field_name)
     accepted = f"; accepted: {hint}" if hint else ""

@@ -23,7 +23,20 @@ from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal, Protocol
 
-from dbos import DBOS, Queue, StepOptions, WorkflowHandle, _context, _core, _dbos, _migration, _queue, _utils
+from dbos import (
+    DBOS,
+    Queue,
+    Serializer,
+    StepOptions,
+    WorkflowHandle,
+    _context,
+    _core,
+    _dbos,
+    _migration,
+    _queue,
+    _serialization,
+    _utils,
+)
 from dbos._sys_db import WorkflowStatusInternal
 
 if TYPE_CHECKING:
@@ -232,6 +245,13 @@ def route_queue_thread_dispatch(execute_claimed: Callable[[DBOS, ClaimedRun, str
     return True
 
 
+def pickled_arguments(text: str) -> tuple[tuple[Any, ...], dict[str, Any]]:
+    """A workflow's arguments stored in DBOS-py's pickle (`py_pickle`), as DBOS itself reads them
+    (`dbos._serialization.deserialize_args` with `DBOSDefaultSerializer`): (positional, named)."""
+    inputs = _deserialize_args(text, _PICKLE.name(), _PICKLE)
+    return tuple(inputs["args"]), dict(inputs["kwargs"])
+
+
 def end_claimed_run(dbos: DBOS, run_id: str, error: str, owner_xid: str) -> bool:
     """End a run this claim holds ERROR with `error`, already encoded (`SystemDatabase.update_workflow_outcome`
     with `owner_xid`: no write when the run is no longer this claim's); whether it was written."""
@@ -308,6 +328,10 @@ async def run_step_in(
 
 
 # DBOS's module-level functions, bound to the types we call them with: mypy checks DBOS's signatures against them.
+_PICKLE: Serializer = _serialization.DBOSDefaultSerializer
+_deserialize_args: Callable[[str, str | None, Serializer], _serialization.WorkflowInputs] = (
+    _serialization.deserialize_args
+)
 _execute_dequeued_workflow: Callable[[DBOS, ClaimedRun, str], WorkflowHandle[Any]] = _core.execute_dequeued_workflow
 _get_dbos_migrations: _GetMigrations = _migration.get_dbos_migrations
 _run_step_async: Callable[

@@ -24,14 +24,14 @@ from dbos import DBOS, StepOptions
 from dbos import error as dbos_error
 from prometheus_client import Counter
 
-from fireflow_contract import logformat, queues, run_request, telemetry
+from fireflow_contract import events, logformat, queues, run_request, telemetry
 from fireflow_worker import dbos_compat, metrics
 from fireflow_worker.executors import execute_chain, execute_graph
 from fireflow_worker.flow_plans import FlowPlan, PlanCache
 from fireflow_worker.flow_store import FlowNotFoundError
 from fireflow_worker.flows.validate import FlowValidationError, validate_run_inputs
 from fireflow_worker.node_step import now_ms, one_line
-from fireflow_worker.run_events import LIVE, PROVISION_STEP, event_detail, flow_label
+from fireflow_worker.run_events import PROVISION_STEP, flow_label
 from fireflow_worker.run_state import SETTINGS, EngineSettings, RunFailedError
 
 __all__ = [
@@ -68,7 +68,7 @@ def run_flow(request: dict[str, Any]) -> dict[str, Any]:
     """Execute one FireFlow run. `request` is `{"flow": {...}} | {"flow_ref": name}` plus `"inputs"`."""
     run_id = DBOS.workflow_id or ""
     # The metrics' queue label: one of the four (an enqueuer's request may say anything; labels must stay few).
-    said = request.get("queue", "none") if isinstance(request, dict) else "none"
+    said = request.get(run_request.QUEUE, "none") if isinstance(request, dict) else "none"
     queue = said if said in queues.ALL_QUEUES else "none"
     metrics.run_counter(metrics.RUNS_STARTED, queue).inc()
     metrics.ACTIVE_RUNS.inc()
@@ -108,18 +108,18 @@ def run_flow(request: dict[str, Any]) -> dict[str, Any]:
 def _run(request: Any, run_id: str) -> dict[str, Any]:
     """The run between its events: every failure becomes one RunFailedError (and, with live events, one
     `run.failed` event). With the default event detail nothing is written but DBOS's own records."""
-    live = event_detail(request) == LIVE
+    live = run_request.event_detail(request) == run_request.LIVE_DETAIL
     announced = False
     try:
         definition = _definition(request)
         plan = _load(definition)
         flow = plan.flow
         if live:
-            _write_event({"event": "run.started", "flow": flow.name, "at_ms": now_ms()})
+            _write_event(events.run_started(flow.name, now_ms()))
             announced = True
         # Enqueuers other than this package's client (the API, Flame Chorus) may not have checked inputs.
         try:
-            inputs = validate_run_inputs(flow, request.get("inputs"))
+            inputs = validate_run_inputs(flow, request.get(run_request.INPUTS))
         except FlowValidationError as err:
             raise RunFailedError(f"invalid run inputs: {err.one_line()}") from None
         if plan.is_chain:  # in this workflow's thread, step after step: no event loop, no task per node
@@ -130,17 +130,17 @@ def _run(request: Any, run_id: str) -> dict[str, Any]:
         failure = err if isinstance(err, RunFailedError) else RunFailedError(f"{type(err).__name__}: {one_line(err)}")
         if live:
             if not announced:
-                _write_event({"event": "run.started", "flow": flow_label(request), "at_ms": now_ms()})
-            _write_event({"event": "run.failed", "error": str(failure), "at_ms": now_ms()})
+                _write_event(events.run_started(flow_label(request), now_ms()))
+            _write_event(events.run_failed(str(failure), now_ms()))
             DBOS.close_stream(EVENTS_STREAM)
         raise failure from None
     if live:
-        _write_event({"event": "run.finished", "at_ms": now_ms()})
+        _write_event(events.run_finished(now_ms()))
         DBOS.close_stream(EVENTS_STREAM)
     return result
 
 
-def _write_event(event: dict[str, Any]) -> None:
+def _write_event(event: events.Event) -> None:
     DBOS.write_stream(EVENTS_STREAM, event)
 
 
@@ -151,9 +151,9 @@ def _definition(request: Any) -> Any:
     problems = run_request.request_problems(request)
     if problems:
         raise RunFailedError("invalid run request: " + "; ".join(problems))
-    if request.get("flow") is not None:
-        return request["flow"]
-    return DBOS.run_step(_PROVISION_STEP, _provision, str(request["flow_ref"]))
+    if request.get(run_request.FLOW) is not None:
+        return request[run_request.FLOW]
+    return DBOS.run_step(_PROVISION_STEP, _provision, str(request[run_request.FLOW_REF]))
 
 
 def _load(definition: Any) -> FlowPlan:

@@ -11,17 +11,18 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 
 from fireflow_contract import worker_variables
+from fireflow_contract.logformat import LOG_FORMAT_ENV
 from fireflow_contract.variable_names import nearest
 from fireflow_worker.processes import HEALTH_PORT_FD_ENV, SUPERVISOR_PID_ENV
 
 PREFIXES = ("FIREFLOW_", "DBOS_")
 # Read by the worker outside its configuration model.
-WORKER_ELSEWHERE = frozenset({"FIREFLOW_PYTHON_NODE_MODULES", "FIREFLOW_LOG_FORMAT"})
+WORKER_ELSEWHERE = frozenset({"FIREFLOW_PYTHON_NODE_MODULES", LOG_FORMAT_ENV})
 OTHER_PROGRAMS = frozenset(
     {
         # DBOS (3.4.0) reads these itself.
-        "DBOS__VMID",
-        "DBOS__APPVERSION",
+        worker_variables.WORKER_ID_ALIAS,
+        worker_variables.APPLICATION_VERSION_ALIAS,
         "DBOS__APPID",
         "DBOS__CLOUD",
         "DBOS__CONDUCTOR_APP_NAME",
@@ -36,7 +37,7 @@ OTHER_PROGRAMS = frozenset(
         # The supervisor and its worker processes; the pool's pod; `fireflow-worker migrate`.
         SUPERVISOR_PID_ENV,
         HEALTH_PORT_FD_ENV,
-        "FIREFLOW_POOL",
+        worker_variables.POOL,
         "FIREFLOW_TERMINATION_LOG",
         "FIREFLOW_MIGRATION_LOCK_TIMEOUT_MS",
         "FIREFLOW_MIGRATION_RETRIES",

@@ -31,8 +31,9 @@ RUNS_CANCELLED = Counter(
 )
 RUN_ENCODINGS = Counter(
     "fireflow_run_encodings",
-    "Runs claimed here in an encoding other than DBOS's portable JSON or pickle, by encoding and outcome: "
-    "decoded (the TypeScript SDK's own, rewritten as portable JSON) or unreadable (ended ERROR at once).",
+    "Runs claimed here in an encoding other than DBOS's portable JSON, by encoding and outcome: decoded "
+    "(DBOS-py's pickle or the TypeScript SDK's own, rewritten as portable JSON) or unreadable (ended ERROR at once, "
+    "counted in fireflow_runs_failed_total too).",
     ["encoding", "outcome"],
     registry=REGISTRY,
 )

@@ -21,7 +21,7 @@ from dbos import DBOS, StepOptions
 from dbos import error as dbos_error
 from sqlalchemy import exc as sa_exc
 
-from fireflow_contract import logformat, telemetry
+from fireflow_contract import events, logformat, telemetry
 from fireflow_contract.run_request import EVENTS_STREAM
 from fireflow_contract.telemetry import NO_TRACE, RunTrace
 from fireflow_worker import metrics
@@ -146,15 +146,7 @@ def _attempt(call: NodeCall, attempt: int, pure: bool = False) -> dict[str, Any]
     node_type = default_registry().get(call.node_type)
     started = time.monotonic()
     if call.live:
-        _write_event(
-            {
-                "event": "node.started",
-                "node": call.node_id,
-                "type": call.node_type,
-                "attempt": attempt,
-                "at_ms": now_ms(),
-            }
-        )
+        _write_event(events.node_started(call.node_id, call.node_type, attempt, now_ms()))
     deferred_sleep = _DeferredSleep()
     sleeper = _no_sleep if pure else deferred_sleep
     ctx = NodeContext(run_id=call.run_id, node_id=call.node_id, sleeper=sleeper, attempt=attempt)
@@ -170,14 +162,7 @@ def _attempt(call: NodeCall, attempt: int, pure: bool = False) -> dict[str, Any]
         metrics.node_duration(call.node_type, "failed").observe(elapsed)
         if call.live:
             _write_event(
-                {
-                    "event": "node.failed",
-                    "node": call.node_id,
-                    "attempt": attempt,
-                    "error": one_line(failure.message),
-                    "duration_ms": round(elapsed * 1000),
-                    "at_ms": now_ms(),
-                }
+                events.node_failed(call.node_id, attempt, one_line(failure.message), round(elapsed * 1000), now_ms())
             )
         raise NodeError(one_line(failure.message), retryable=failure.retryable) from None
     elapsed = time.monotonic() - started
@@ -197,7 +182,7 @@ def _attempt(call: NodeCall, attempt: int, pure: bool = False) -> dict[str, Any]
     return recorded
 
 
-def _write_event(event: dict[str, Any]) -> None:
+def _write_event(event: events.Event) -> None:
     """A live event, from inside the node's step. The pool does not ping a connection before use, so the
     first write after a database restart may meet a dead one (SQLAlchemy then drops the pool's old
     connections): one more try on a fresh connection, then the event is lost rather than the node failed."""
@@ -209,12 +194,6 @@ def _write_event(event: dict[str, Any]) -> None:
         DBOS.write_stream(EVENTS_STREAM, event)
 
 
-def node_finished_event(node_id: str, attempt: int, duration_ms: float) -> dict[str, Any]:
+def node_finished_event(node_id: str, attempt: int, duration_ms: float) -> events.Event:
     # Whole milliseconds, as the events derived from DBOS's records (`steps`) carry them.
-    return {
-        "event": "node.finished",
-        "node": node_id,
-        "attempt": attempt,
-        "duration_ms": round(duration_ms),
-        "at_ms": now_ms(),
-    }
+    return events.node_finished(node_id, attempt, round(duration_ms), now_ms())

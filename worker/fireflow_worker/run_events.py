@@ -20,7 +20,8 @@ Two details, chosen per run:
   more statements and 20 more commits. `fireflow run --follow` asks for it; so does the sandbox queue.
 
 The request's `"events"` field chooses; without it the queue's default applies (`live` on
-`fireflow-sandbox`, `steps` elsewhere).
+`fireflow-sandbox`, `steps` elsewhere): `run_request.event_detail`. The events' names and shapes are the
+contract's (`fireflow_contract.events`).
 """
 
 from __future__ import annotations
@@ -31,28 +32,14 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from fireflow_contract import queues
+from fireflow_contract import events, run_request
 from fireflow_worker.flows.graph import node_dependencies
 from fireflow_worker.flows.model import NodeSpec
 from fireflow_worker.flows.registry import default_registry
 
-LIVE = "live"
-STEPS = "steps"
-EVENT_DETAILS = (STEPS, LIVE)
-LIVE_BY_DEFAULT = (queues.SANDBOX,)
 NODE_STEP_PREFIX = "node:"
 PROVISION_STEP = "provision"
 MAX_MESSAGE_CHARS = 2000
-
-
-def event_detail(request: Any) -> str:
-    """The run's event detail: its request's choice, else its queue's default."""
-    if not isinstance(request, dict):
-        return STEPS
-    chosen = request.get("events")
-    if chosen in EVENT_DETAILS:
-        return str(chosen)
-    return LIVE if request.get("queue") in LIVE_BY_DEFAULT else STEPS
 
 
 def one_line(text: str, limit: int = MAX_MESSAGE_CHARS) -> str:
@@ -64,8 +51,8 @@ def flow_label(request: Any) -> str | None:
     """What names a run's flow: the flow's name, or the stored flow's name it refers to."""
     if not isinstance(request, dict):
         return None
-    flow = request.get("flow")
-    name = flow.get("name") if isinstance(flow, dict) else request.get("flow_ref")
+    flow = request.get(run_request.FLOW)
+    name = flow.get("name") if isinstance(flow, dict) else request.get(run_request.FLOW_REF)
     return one_line(str(name), 200) if name is not None else None
 
 
@@ -193,7 +180,7 @@ class Deriver:
     needed_by_ms: dict[str, int] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
-        flow = self.request.get("flow") if isinstance(self.request, dict) else None
+        flow = self.request.get(run_request.FLOW) if isinstance(self.request, dict) else None
         self.types = node_types(flow)
         self.graph = node_graph(flow)
 
@@ -210,12 +197,12 @@ class Deriver:
         if self.ended:
             return []
         head: list[dict[str, Any]] = []
-        terminal = status in ("SUCCESS", "ERROR", "CANCELLED", "MAX_RECOVERY_ATTEMPTS_EXCEEDED")
+        terminal = status in run_request.TERMINAL_STATUSES
         if not self.started and (status != "ENQUEUED" or started_at_ms is not None or terminal):
             self.started = True
             self.started_at_ms = started_at_ms or now_ms
-            head.append({"event": "run.started", "flow": flow_label(self.request), "at_ms": self.started_at_ms})
-        events: list[dict[str, Any]] = []
+            head.append(events.run_started(flow_label(self.request), self.started_at_ms))
+        derived: list[events.Event] = []
         # Nodes that certainly ran: those a newly recorded node depends on.
         ran: set[str] = set()
         new = [s for s in steps if s.function_id not in self.seen]
@@ -232,47 +219,40 @@ class Deriver:
                 began = step.started_at_ms or 0
                 for dep in above:
                     self.needed_by_ms[dep] = min(self.needed_by_ms.get(dep, began), began)
-                events.extend(self._node(node, step))
+                derived.extend(self._node(node, step))
         horizon = now_ms if not terminal else (now_ms if status == "SUCCESS" else (ended_at_ms or now_ms))
         for node, (wake_at, began, attempt) in sorted(self.asleep.items(), key=lambda item: item[1][0]):
             if wake_at <= horizon or status == "SUCCESS" or node in ran:
                 del self.asleep[node]
                 self.finished_at[node] = wake_at
-                events.append(_finished(node, attempt, wake_at - began, wake_at))
+                derived.append(events.node_finished(node, attempt, wake_at - began, wake_at))
         if status == "SUCCESS" or (status == "ERROR" and self.node_failed):
             ran |= self.graph.pure  # the executors compute every node whose inputs are ready
-        events.extend(self._pure(ran))
-        events.sort(key=self._position)
+        derived.extend(self._pure(ran))
+        derived.sort(key=self._position)
         if terminal:
             self.ended = True
             if status == "SUCCESS":
-                events.append({"event": "run.finished", "at_ms": ended_at_ms or now_ms})
+                derived.append(events.run_finished(ended_at_ms or now_ms))
             elif status == "ERROR":
-                events.append({"event": "run.failed", "error": error or "", "at_ms": ended_at_ms or now_ms})
-        return head + events
+                derived.append(events.run_failed(error or "", ended_at_ms or now_ms))
+        return head + derived
 
-    def _position(self, event: dict[str, Any]) -> tuple[int, int, str, int]:
+    def _position(self, event: events.Event) -> tuple[int, int, str, int]:
         """In time; at one instant a node after those it depends on, and a node's start before its end."""
-        rank = 0 if event["event"] == "node.started" else 1
-        return (int(event["at_ms"]), self.graph.depth.get(event["node"], 0), event["node"], rank)
+        rank = 0 if event[events.EVENT] == events.NODE_STARTED else 1
+        node = event[events.NODE]
+        return (int(event[events.AT_MS]), self.graph.depth.get(node, 0), node, rank)
 
-    def _node(self, node: str, step: Step) -> list[dict[str, Any]]:
+    def _node(self, node: str, step: Step) -> list[events.Event]:
         self.recorded.add(node)
         began = step.started_at_ms or 0
         ended = step.completed_at_ms or began
-        started = {"event": "node.started", "node": node, "type": self.types.get(node), "attempt": 1, "at_ms": began}
+        started = events.node_started(node, self.types.get(node), 1, began)
         if step.error is not None:
             self.node_failed = True
             message, attempts = error_line(step.error)
-            failed = {
-                "event": "node.failed",
-                "node": node,
-                "attempt": attempts,
-                "error": message,
-                "duration_ms": ended - began,
-                "at_ms": ended,
-            }
-            return [started, failed]
+            return [started, events.node_failed(node, attempts, message, ended - began, ended)]
         output = step.output if isinstance(step.output, dict) else {}
         attempt = int(output.get("attempt", 1))
         wake_at = output.get("wake_at_ms")
@@ -280,11 +260,11 @@ class Deriver:
             self.asleep[node] = (int(wake_at), began, attempt)
             return [started]
         self.finished_at[node] = ended
-        return [started, _finished(node, attempt, ended - began, ended)]
+        return [started, events.node_finished(node, attempt, ended - began, ended)]
 
-    def _pure(self, ran: set[str]) -> list[dict[str, Any]]:
+    def _pure(self, ran: set[str]) -> list[events.Event]:
         """The pure nodes (no record unless they failed) that ran and whose inputs are all finished."""
-        events: list[dict[str, Any]] = []
+        derived: list[events.Event] = []
         waiting = self.graph.pure - self.recorded - self.finished_at.keys()
         for node in sorted(waiting & ran, key=lambda n: (self.graph.depth.get(n, 0), n)):
             deps = self.graph.deps.get(node, frozenset())
@@ -293,10 +273,7 @@ class Deriver:
             at = max((self.finished_at[dep] for dep in deps), default=self.started_at_ms)
             at = min(at, self.needed_by_ms.get(node, at))
             self.finished_at[node] = at
-            started = {"event": "node.started", "node": node, "type": self.types.get(node), "attempt": 1, "at_ms": at}
-            events.extend([started, _finished(node, 1, 0, at)])
-        return events
-
-
-def _finished(node: str, attempt: int, duration_ms: int, at_ms: int) -> dict[str, Any]:
-    return {"event": "node.finished", "node": node, "attempt": attempt, "duration_ms": duration_ms, "at_ms": at_ms}
+            derived.extend(
+                [events.node_started(node, self.types.get(node), 1, at), events.node_finished(node, 1, 0, at)]
+            )
+        return derived

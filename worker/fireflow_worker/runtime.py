@@ -12,6 +12,7 @@ carry the worker's `application_name`.
 
 from __future__ import annotations
 
+import importlib.metadata
 import logging
 import math
 import os
@@ -24,7 +25,7 @@ from types import FrameType
 import sqlalchemy as sa
 from dbos import DBOS, DBOSConfig
 
-from fireflow_contract import executor_ids, logformat, queues, telemetry
+from fireflow_contract import executor_ids, logformat, queues, telemetry, worker_variables
 from fireflow_contract.dburl import SecretMask, mask_logs, redact_url
 from fireflow_contract.explain import bind_error, database_error
 from fireflow_contract.worker_variables import DATABASE_URL, HEALTH_HOST, HEALTH_PORT
@@ -104,7 +105,9 @@ def configure_logging(config: WorkerConfig) -> None:
     """
     logformat.configure(config.log_level, config.log_format)
     logformat.set_process_context(
-        namespace=os.environ.get("POD_NAMESPACE"), pool=os.environ.get("FIREFLOW_POOL"), executor=config.executor_id
+        namespace=os.environ.get(worker_variables.POD_NAMESPACE),
+        pool=os.environ.get(worker_variables.POOL),
+        executor=config.executor_id,
     )
     DBOS_START_LINES.quiet_launch_failures = config.log_level != "DEBUG"
     logging.getLogger("dbos").addFilter(DBOS_START_LINES)
@@ -290,8 +293,14 @@ def _launch(config: WorkerConfig) -> DBOS:
     watcher = CancelWatcher(lambda run_ids: worker_db.cancelled_among(_sys_engine(dbos), run_ids))
     engine.SETTINGS.cancel_watcher = watcher
     engine.register_workflow(config.max_recovery_attempts)
-    # Runs in an encoding DBOS cannot read are decoded or ended ERROR when claimed, by DBOS's queue thread too.
-    dbos_internals.route_queue_thread_dispatch(run_encodings.execute_claimed)
+    # Runs in an encoding other than portable JSON are made portable or ended ERROR when claimed, by DBOS's
+    # queue thread too (it claims resumed runs): without that, such a run could stay PENDING for ever.
+    if not dbos_internals.route_queue_thread_dispatch(run_encodings.execute_claimed):
+        raise StartupError(
+            f"the installed dbos {importlib.metadata.version('dbos')} has no dispatch of its queue thread the worker "
+            "can route (dbos._queue.execute_dequeued_workflow), so a resumed run enqueued by another SDK could stay "
+            "PENDING for ever; install the dbos version this fireflow-pool release pins"
+        )
     # Claiming on notification, the worker claims its queues itself; DBOS polls none of them.
     DBOS.listen_queues([] if config.listens_for_work else config.queues)
     try:
@@ -319,7 +328,7 @@ def _settle_latest_version(config: WorkerConfig) -> None:
     """A worker whose version is not DBOS's latest takes no version-less run: make it the latest, or refuse."""
     latest = str(DBOS.get_latest_application_version()["version_name"])
     mine = config.application_version
-    if latest == mine or config.version_role == "managed":
+    if latest == mine or config.version_role == worker_variables.VERSION_ROLE_MANAGED:
         return
     if config.version_role == "claim-latest":
         DBOS.set_latest_application_version(mine)

@@ -38,7 +38,7 @@ from types import FrameType
 from prometheus_client import Metric
 from prometheus_client.parser import text_string_to_metric_families
 
-from fireflow_contract import logformat, telemetry
+from fireflow_contract import logformat, telemetry, worker_variables
 from fireflow_contract.dburl import SecretMask
 from fireflow_contract.executor_ids import child_executor_id
 from fireflow_contract.explain import bind_error
@@ -91,12 +91,12 @@ class Child:
 def child_env(config: WorkerConfig, child: Child, environ: dict[str, str]) -> dict[str, str]:
     """The environment of one worker process: the pod's, with its own id and a loopback health port."""
     env = dict(environ)
-    env.pop("DBOS__VMID", None)
+    env.pop(worker_variables.WORKER_ID_ALIAS, None)
     if child.executor_id is not None:
-        env["FIREFLOW_WORKER_ID"] = child.executor_id
-    env["FIREFLOW_WORKER_PROCESSES"] = "1"
-    env["FIREFLOW_HEALTH_HOST"] = "127.0.0.1"
-    env["FIREFLOW_HEALTH_PORT"] = "0"
+        env[worker_variables.WORKER_ID] = child.executor_id
+    env[worker_variables.PROCESSES] = "1"
+    env[worker_variables.HEALTH_HOST] = "127.0.0.1"
+    env[worker_variables.HEALTH_PORT] = "0"
     env[SUPERVISOR_PID_ENV] = str(os.getpid())
     return env
 
@@ -207,7 +207,9 @@ def _exposition(metric: Metric) -> bytes:
 def run_supervisor(config: WorkerConfig, processes: int) -> int:
     """Run `processes` workers until SIGTERM or until one exits; returns the supervisor's exit status."""
     logformat.configure(config.log_level, config.log_format)
-    logformat.set_process_context(namespace=os.environ.get("POD_NAMESPACE"), pool=os.environ.get("FIREFLOW_POOL"))
+    logformat.set_process_context(
+        namespace=os.environ.get(worker_variables.POD_NAMESPACE), pool=os.environ.get(worker_variables.POOL)
+    )
     try:  # its own lines; each worker process exports its own
         telemetry.configure_log_export("fireflow-worker", filters=[SecretMask([config.system_database_url])])
     except telemetry.TelemetryError as err:

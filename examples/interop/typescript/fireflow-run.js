@@ -1,11 +1,12 @@
 // A TypeScript caller of the FireFlow worker, through DBOS's own DBOSClient (@dbos-inc/dbos-sdk): what the
 // FireFlow API or Flame Chorus does to enqueue a run, follow its events, read its result, cancel and resume
-// it. See docs/run-contract.md; tests/interop runs this very file against real workers.
+// it. See docs/run-contract.md; tests/worker/test_interop.py runs this very file against real workers.
 //
 //   DATABASE_URL_EXECUTIONS=postgresql://... node fireflow-run.js <command> ...
 //     enqueue <request.json> [superjson|portable|java]   enqueue a run; prints its id
 //     result <run id>                                   waits for the run; prints {"output": ...} or {"error": {...}}
 //     events <run id>                                   prints the run's live events, one JSON line each, until it ends
+//     list <run id>                                     prints the run as listWorkflows shows it: {"status", "input"}
 //     cancel <run id> | resume <run id>                 cancels or resumes a run
 //
 // `superjson` is the SDK's default encoding (the worker decodes it), `portable` DBOS's portable JSON (what
@@ -65,6 +66,12 @@ async function* runEvents(client, runId) {
   for await (const event of client.readStream(runId, EVENTS_STREAM)) yield event;
 }
 
+// The run as a list of runs shows it, its input loaded.
+async function runListing(client, runId) {
+  const [run] = await client.listWorkflows({ workflowIDs: [runId], loadInput: true });
+  return { status: run.status, input: run.input };
+}
+
 async function main() {
   const [command, arg, encoding = 'superjson'] = process.argv.slice(2);
   const client = await connect(encoding);
@@ -76,6 +83,8 @@ async function main() {
       console.log(JSON.stringify(await runResult(client, arg)));
     } else if (command === 'events') {
       for await (const event of runEvents(client, arg)) console.log(JSON.stringify(event));
+    } else if (command === 'list') {
+      console.log(JSON.stringify(await runListing(client, arg)));
     } else if (command === 'cancel') {
       await client.cancelWorkflow(arg);
     } else if (command === 'resume') {
@@ -99,7 +108,7 @@ function reviveDates(_key, value) {
   return value;
 }
 
-module.exports = { connect, enqueueRun, runResult, runEvents, WORKFLOW_NAME, EVENTS_STREAM };
+module.exports = { connect, enqueueRun, runResult, runEvents, runListing, WORKFLOW_NAME, EVENTS_STREAM };
 
 if (require.main === module) {
   main().catch((err) => {

@@ -45,7 +45,8 @@ REASON_SECRET_NOT_SHARED = "SecretNotShared"
 REASON_SERVICE_ACCOUNT_NOT_ALLOWED = "ServiceAccountNotAllowed"
 REASON_INVALID_DATABASE_URL = "InvalidDatabaseURL"
 REASON_QUEUE_SETTINGS_CONFLICT = "QueueSettingsConflict"
-REASON_SHARD_CONFLICT = "DatabaseSharedAcrossShards"  # pools of one database under two operators
+REASON_SHARD_CONFLICT = "ServerSharedAcrossShards"  # pools of one PostgreSQL server under two operators
+REASON_SELECTED_TWICE = "SelectedByTwoOperators"  # an event: another operator reconciled the pool too
 REASON_ROLLOUT_STUCK = "RolloutStuck"
 REASON_HEALTHY = "Healthy"
 # Besides these, Degraded and Ready carry a pod's own reason when a pod cannot run (health.py):

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+from collections.abc import Mapping
 
 LABEL_NAME = "app.kubernetes.io/name"
 LABEL_INSTANCE = "app.kubernetes.io/instance"
@@ -18,13 +19,17 @@ ANNOTATION_TARGET = "fireflow.persistent.ai/target"
 FINALIZER = "fireflow.persistent.ai/recover-runs"  # on pools and on their connection Secret copies
 
 
-def pool_finalizer(selector: dict[str, str]) -> str:
+def canonical_selector(selector: Mapping[str, str]) -> str:
+    """A label selector as `key=value,...` in key order: one spelling per selector ("" selects every pool)."""
+    return ",".join(f"{key}={value}" for key, value in sorted(selector.items()))
+
+
+def pool_finalizer(selector: Mapping[str, str]) -> str:
     """The finalizer an operator puts on its pools: one per shard (FIREFLOW_OPERATOR_POOL_SELECTOR), since kopf
     removes its finalizer from every pool its handlers do not select, and two shards sharing one would fight."""
     if not selector:
         return FINALIZER
-    canonical = ",".join(f"{key}={value}" for key, value in sorted(selector.items()))
-    return f"{FINALIZER}-{hashlib.sha256(canonical.encode()).hexdigest()[:10]}"
+    return f"{FINALIZER}-{hashlib.sha256(canonical_selector(selector).encode()).hexdigest()[:10]}"
 
 
 def is_pool_finalizer(finalizer: str) -> bool:

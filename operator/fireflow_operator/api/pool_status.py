@@ -118,6 +118,14 @@ class ConnectionBudgetStatus(StatusModel):
     needed: int = Field(description="Connections the pool's workers may hold at the allowed size.")
 
 
+class ReconciledBy(StatusModel):
+    """The operator that reconciles the pool (admission/shards.py): another one finding it reports two selecting it."""
+
+    lease: str = Field(description="Its leader Lease as namespace/name (empty without leader election).")
+    pool_selector: str = Field(description="Its FIREFLOW_OPERATOR_POOL_SELECTOR, key=value,... (empty: every pool).")
+    namespaces: list[str] = Field(description="Its FIREFLOW_OPERATOR_NAMESPACES (empty: every namespace).")
+
+
 class PoolStatus(StatusModel):
     """What the operator observed and did; written by the operator only."""
 
@@ -159,6 +167,9 @@ class PoolStatus(StatusModel):
     connection_budget: ConnectionBudgetStatus | None = Field(None, description="The connection budget's decision.")
     network_policy: str | None = Field(
         None, description="The NetworkPolicy the operator keeps for the pool, while spec.networkPolicy asks for one."
+    )
+    reconciled_by: ReconciledBy | None = Field(
+        None, description="The operator that reconciled the pool last: its Lease and what it selects."
     )
 
 

@@ -103,9 +103,12 @@ class BudgetKeeper:
         over_budget = None
         if plan.allowed < plan.desired:
             was = conditions.condition(list(draft.new.get("conditions") or []), conditions.CONNECTION_BUDGET) or {}
+            already = was.get("status") == "False" and was.get("reason") == conditions.REASON_OVER_BUDGET
             same = unchanged and was.get("status") == "False"
             message = over_budget = str(was["message"]) if same else used.explain(plan.desired)
-            if not same:
+            if already and not same:
+                # Held at another size: no condition transition says so. Going over budget is one (its event is
+                # the transition's, status.py), so it is not posted here too.
                 draft.event("Warning", conditions.REASON_OVER_BUDGET, message)
             draft.cond(conditions.CONNECTION_BUDGET, False, conditions.REASON_OVER_BUDGET, message)
         else:

@@ -109,6 +109,7 @@ def worker_env(pool: Pool, application_version: str) -> list[dict[str, Any]]:
         worker_variables.VERSION_ROLE: worker_variables.VERSION_ROLE_MANAGED,
         # Decided here, not by each pod: the connection budget counts processes x (pool size + 1) per pod.
         worker_variables.PROCESSES: str(worker_processes(spec)),
+        worker_variables.POOL: pool.name,  # what the worker's log lines are about, with POD_NAMESPACE
     }
     if spec.bind_address != BindAddress.IPV4:  # the worker's own default: pods of older pools stay as they were
         plain[worker_variables.HEALTH_HOST] = spec.bind_address.value
@@ -344,7 +345,7 @@ def build_migration_job(
                                 _database_url_env(pool.spec),
                                 {"name": worker_variables.APPLICATION_NAME, "value": pool.spec.dbos.application_name},
                                 # libpq names the Job's sessions, so the budget does not count them twice.
-                                {"name": "PGAPPNAME", "value": names.MIGRATION_APPLICATION_NAME},
+                                {"name": worker_variables.CONNECTION_NAME, "value": names.MIGRATION_APPLICATION_NAME},
                             ],
                             "terminationMessagePolicy": "FallbackToLogsOnError",
                         }

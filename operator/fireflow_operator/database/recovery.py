@@ -31,7 +31,7 @@ def stranded_executors(
     An id is `<namespace>.<statefulset>-<ordinal>`, or `...-<ordinal>-p<k>` for the k-th worker process of a
     pod; another version's StatefulSet (`<statefulset>-v<N>-...`) never matches.
     """
-    prefix = f"{namespace}.{statefulset}-"
+    prefix = executor_ids.statefulset_prefix(namespace, statefulset)
     stranded = []
     for executor in pending_executors:
         match = (
@@ -51,10 +51,16 @@ def stranded_executors(
     return sorted(stranded)
 
 
+def pending_executors(url: str, namespace: str, statefulset: str, *, timeout_seconds: int) -> list[str]:
+    """Executor ids of this StatefulSet's pods that own PENDING runs (raises the dbprobe errors); the operator's
+    reconciles take them from the database's shared probe instead (dbprobe.py), `kubectl fireflow` asks here."""
+    return _pending_with_prefix(url, executor_ids.statefulset_prefix(namespace, statefulset), timeout_seconds)
+
+
 def pool_pending_executors(url: str, namespace: str, pool_name: str, *, timeout_seconds: int) -> list[str]:
     """Executor ids of every version's pods of the pool that own PENDING runs, and no other pool's."""
     pattern = executor_ids.pool_executor_pattern(namespace, pool_name)
-    found = _pending_with_prefix(url, f"{namespace}.{pool_name}-", timeout_seconds)
+    found = _pending_with_prefix(url, executor_ids.statefulset_prefix(namespace, pool_name), timeout_seconds)
     return [executor for executor in found if pattern.fullmatch(executor)]
 
 

@@ -11,6 +11,7 @@ from typing import Any
 
 import psycopg
 
+from fireflow_contract import executor_ids
 from fireflow_operator.database.kept_connections import DatabaseQueryError, database_connection, dbos_engine
 
 
@@ -19,7 +20,7 @@ def runs_left(
 ) -> dict[str, tuple[int, int]]:
     """(PENDING, ENQUEUED) runs per application version: PENDING ones held by these StatefulSets' pods,
     ENQUEUED ones waiting on this pool's queues for that version."""
-    prefixes = [f"{namespace}.{name}-" for name in statefulsets]
+    prefixes = [executor_ids.statefulset_prefix(namespace, name) for name in statefulsets]
     with database_connection(url, timeout_seconds) as conn:
         try:
             if conn.execute("SELECT to_regclass('dbos.workflow_status') IS NULL").fetchone() == (True,):
@@ -100,7 +101,7 @@ def runs_of_version(
     url: str, *, namespace: str, statefulsets: list[str], queues: list[str], version: str, timeout_seconds: int
 ) -> list[str]:
     """The ids of a version's runs left (the same selection as runs_left)."""
-    prefixes = [f"{namespace}.{name}-" for name in statefulsets]
+    prefixes = [executor_ids.statefulset_prefix(namespace, name) for name in statefulsets]
     with database_connection(url, timeout_seconds) as conn:
         try:
             rows = conn.execute(

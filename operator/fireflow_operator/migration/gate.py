@@ -1,5 +1,5 @@
 """The migration gate's I/O: observe the pool's Jobs and the database's other applies, take one pure step
-(migration.py), create the Job it asks for, and delete finished Jobs whose outcome the status holds.
+(machine.py), create the Job it asks for, and delete finished Jobs whose outcome the status holds.
 
 Check-then-create of an apply Job runs under a lock per database, so that this process never starts two
 on one database (each pool's reconcile runs in its own thread).
@@ -77,8 +77,6 @@ class MigrationGate:
                 self.kube.create(self.kube.batch.create_namespaced_job, namespace, job)
         for name in jobs.jobs_to_delete(records, pool.name, persisted, target, step.migration):
             self.kube.delete_job(namespace, name)
-        for reason, message in step.events:
-            draft.event("Warning" if step.failure else "Normal", reason, message)
         if step.roll_out:
             draft.set_current(target, spec.image, spec.dbos.application_version)
         if step.schema_version is not None:

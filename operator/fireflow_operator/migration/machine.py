@@ -7,6 +7,9 @@ behind its DDL). Behind otherwise (strategy Offline, or a step that is not onlin
 zero replicas, and once no pod is left the apply Job runs. Only the apply's success lets a pod of the new
 target start. Not behind: an ordinary rolling update.
 
+What the gate does is said in `migration.message`: SchemaReady's message while a migration is in flight and
+when it ends, so that SchemaReady's transition (status.py) is the one event of each step.
+
 Invariants (tested against sequences of user actions in tests/operator/test_sequences.py):
 - while an offline apply Job of the pool runs, whatever target it was for, the pool is held at zero;
 - an apply Job starts only when no worker of the pool is left and no other apply Job on the same
@@ -22,7 +25,7 @@ needs no migration: the schema only moves forward, and every DBOS release accept
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, Literal
 
 from fireflow_contract.migration_summary import MigrationSummary
@@ -87,7 +90,9 @@ class MigrationStep:
     schema_version: int | None = None
     failure: str | None = None
     abandoned: bool = False
-    events: list[tuple[str, str]] = field(default_factory=list)  # (reason, message)
+
+
+PLAN_MESSAGE = "a plan Job of the target image compares the database's schema version with the one it requires"
 
 
 def retry_delay(attempt: int, base: float) -> float:
@@ -107,14 +112,11 @@ def _new_round(m: dict[str, Any], inp: MigrationInput, attempt: int) -> Migratio
         "attempt": attempt,
         "specKey": inp.spec_key,
         # What SchemaReady says until the plan answers (never a message left from an earlier round).
-        "message": "a plan Job of the target image reads the database's schema version",
+        "message": (f"attempt {attempt} of {inp.max_attempts}: " if attempt > 1 else "") + PLAN_MESSAGE,
     }
     if "replicasBefore" in m:
         fresh["replicasBefore"] = m["replicasBefore"]
-    event = ("MigrationPlanning", "planning the schema migration") if attempt == 1 else (
-        "MigrationRetrying", f"attempt {attempt} of {inp.max_attempts}"
-    )  # fmt: skip
-    return MigrationStep(fresh, create_job="plan", events=[event])
+    return MigrationStep(fresh, create_job="plan")
 
 
 def _failed(m: dict[str, Any], inp: MigrationInput, what: str, error: str) -> MigrationStep:
@@ -126,17 +128,17 @@ def _failed(m: dict[str, Any], inp: MigrationInput, what: str, error: str) -> Mi
         )
         abandoned = {**m, "phase": ABANDONED, "message": message}
         abandoned.pop("retryAt", None)
-        return MigrationStep(abandoned, failure=message, abandoned=True, events=[("MigrationAbandoned", message)])
+        return MigrationStep(abandoned, failure=message, abandoned=True)
     delay = retry_delay(attempt, inp.retry_base_seconds)
     message = f"{what} attempt {attempt} of {inp.max_attempts} failed: {error}; retrying in {int(delay)} s"
     failed = {**m, "phase": FAILED, "message": message, "retryAt": inp.now + delay}
-    return MigrationStep(failed, failure=message, events=[("MigrationFailed", message)])
+    return MigrationStep(failed, failure=message)
 
 
-def _done(m: dict[str, Any], message: str, reason: str, version: int | None) -> MigrationStep:
+def _done(m: dict[str, Any], message: str, version: int | None) -> MigrationStep:
     done = {**m, "phase": DONE, "message": message}
     done.pop("retryAt", None)
-    return MigrationStep(done, roll_out=True, schema_version=version, events=[(reason, message)])
+    return MigrationStep(done, roll_out=True, schema_version=version)
 
 
 def _planned(m: dict[str, Any], inp: MigrationInput) -> MigrationStep:
@@ -149,7 +151,7 @@ def _planned(m: dict[str, Any], inp: MigrationInput) -> MigrationStep:
     m = {**m, "requiredVersion": required}
     if not plan.summary.migration_needed or inp.schema_version >= required:
         version = max(inp.schema_version, plan.summary.current_version or 0)
-        return _done(m, f"schema {version} is current: rolling update", "RollingUpdate", version)
+        return _done(m, f"schema {version} is current: rolling update", version)
     if inp.database_apply_running:
         waiting = f"schema {inp.schema_version} is behind {required}; waiting for {inp.database_apply_running}"
         return MigrationStep({**m, "message": waiting})
@@ -157,14 +159,12 @@ def _planned(m: dict[str, Any], inp: MigrationInput) -> MigrationStep:
     if not inp.offline and plan.summary.online_safe:
         message = f"schema {inp.schema_version} is behind {required}: applying online, the pool keeps serving"
         online = {**m, "phase": APPLYING, "online": True, "message": message}
-        return MigrationStep(online, create_job="apply", events=[("MigrationApplying", message)])
+        return MigrationStep(online, create_job="apply")
     why = (
         "spec.migration.strategy is Offline" if inp.offline else f"the step is not online-safe ({unsafe or 'unknown'})"
     )
     message = f"schema {inp.schema_version} is behind {required}: draining the pool, as {why}"
-    return MigrationStep(
-        {**m, "phase": DRAINING, "message": message}, hold_at_zero=True, events=[("MigrationDraining", message)]
-    )
+    return MigrationStep({**m, "phase": DRAINING, "message": message}, hold_at_zero=True)
 
 
 def next_step(inp: MigrationInput) -> MigrationStep:
@@ -196,18 +196,13 @@ def next_step(inp: MigrationInput) -> MigrationStep:
     required = int(m.get("requiredVersion") or 0)
     if phase == DRAINING:
         if required and inp.schema_version >= required:
-            return _done(m, f"schema {inp.schema_version} is current: rolling update", "RollingUpdate", required)
+            return _done(m, f"schema {inp.schema_version} is current: rolling update", required)
         if inp.pods_left > 0:
             return MigrationStep(m, hold_at_zero=True)
         if inp.database_apply_running:
             return MigrationStep({**m, "message": f"waiting for {inp.database_apply_running}"}, hold_at_zero=True)
-        message = "no worker left: applying the migration"
-        return MigrationStep(
-            {**m, "phase": APPLYING, "message": message},
-            create_job="apply",
-            hold_at_zero=True,
-            events=[("MigrationApplying", message)],
-        )
+        message = f"no worker left: migrating schema {inp.schema_version} to {required}"
+        return MigrationStep({**m, "phase": APPLYING, "message": message}, create_job="apply", hold_at_zero=True)
     if phase == APPLYING:
         apply = inp.apply_job
         if apply.state == "absent":
@@ -218,7 +213,7 @@ def next_step(inp: MigrationInput) -> MigrationStep:
             return _failed(m, inp, "migration", apply.error)
         assert apply.summary is not None
         version = apply.summary.current_version
-        return _done(m, f"migrated to schema {version}", "MigrationSucceeded", version)
+        return _done(m, f"migrated to schema {version}", version)
     if phase == FAILED:
         if inp.now < float(m.get("retryAt", 0)):
             return MigrationStep(m, failure=str(m.get("message", "")))

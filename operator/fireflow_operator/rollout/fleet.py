@@ -240,7 +240,11 @@ class Fleet:
             draft.set_current(previous["target"], previous["image"], previous["applicationVersion"])
             replicas = int(draft.new.get("desiredReplicas") or 0)
             draft.new["versions"] = [v.as_status() for v in self.roll_out(draft, listed, replicas)]
-            draft.event("Warning", conditions.REASON_ROLLOUT_STUCK, verdict.stuck or "")
+            progressing = conditions.condition(list(draft.new.get("conditions") or []), conditions.PROGRESSING) or {}
+            if progressing.get("reason") == conditions.REASON_ROLLOUT_STUCK:
+                # Stuck already (autoRollback turned on since): no transition posts the rollback, so it is posted
+                # here; otherwise Progressing's transition to RolloutStuck is its one event (status.py).
+                draft.event("Warning", conditions.REASON_ROLLOUT_STUCK, verdict.stuck or "")
             draft.outcome.requeue_seconds = 1.0
         return verdict.stuck, verdict.roll_back
 
