@@ -1,9 +1,11 @@
 """What one operator costs per pool as the fleet grows: idle CPU, memory, API requests and bytes, database
-connections and reconciles, and the time from a spec change to the StatefulSet.
+connections and transactions, reconciles (and what asked for them), status writes (and what they changed), and
+the time from a spec change to the StatefulSet.
 
 For each fleet size N: a fresh local cluster (the Go-built control plane with its audit log, and the process
 node, tests/kube), one operator as a process (resync at the chart's 30 s), N pools across 5 namespaces (one
-database per namespace on one PostgreSQL; `--active` of them at 1 replica, the others at 0). Once every pool is
+database per namespace on one PostgreSQL; `--active` of them at 1 replica, all in the first namespace, so the
+other databases see the operator alone; the others at 0). Once every pool is
 Ready and a resync period has passed with at most 1.2 reconciles per pool (4 periods at most), an idle window
 (instruments: benchmarks/fleet.py); then K pools get a new `spec.env` value one at a time, each timed until its
 StatefulSet's template carries it (polled every 20 ms).
@@ -30,9 +32,12 @@ from benchmarks.fleet import (
     new_connections,
     operator_bytes,
     read_process,
+    read_transactions,
     read_url,
+    reconcile_requests,
     reconciles,
     response_bytes,
+    status_writes,
 )
 from fireflow_local.postgres import LocalPostgres
 from fireflow_operator.api.model import GROUP, PLURAL, VERSION
@@ -62,15 +67,24 @@ class Fleet:
     response_bytes: float = 0.0
     connections: int = 0
     other_connections: int = 0
+    transactions: int = 0  # on every database of the fleet
+    quiet_transactions: int = 0  # on the databases of pools at 0 replicas only: the operator's
+    quiet_pools: int = 0  # the pools on those databases
     reconciles: float = 0.0
+    triggers: Counter[str] = field(default_factory=Counter)  # reconciles asked for, by what asked
+    status_fields: Counter[str] = field(default_factory=Counter)  # what the window's status writes changed
     latencies: list[float] = field(default_factory=list)
 
-    def per_pool_minute(self, value: float) -> float:
-        return value / self.pools / (self.window_seconds / 60)
+    def per_pool_minute(self, value: float, pools: int | None = None) -> float:
+        return value / (pools or self.pools) / (self.window_seconds / 60)
 
     def percentile(self, p: float) -> float:
         ordered = sorted(self.latencies)
         return ordered[max(1, min(len(ordered), math.ceil(p / 100 * len(ordered)))) - 1]
+
+
+def _database(size: int, index: int) -> str:
+    return f"fleet{size}_{index}"
 
 
 def _namespaces(cluster: LocalCluster, postgres: LocalPostgres, size: int) -> list[str]:
@@ -79,12 +93,17 @@ def _namespaces(cluster: LocalCluster, postgres: LocalPostgres, size: int) -> li
     for index, namespace in enumerate(names):
         rawapi.call(core.create_namespace, {"metadata": {"name": namespace}})
         wait_for_service_account(core, namespace)
-        create_secret(cluster.api, namespace, postgres.create_database(f"fleet{size}_{index}"))
+        create_secret(cluster.api, namespace, postgres.create_database(_database(size, index)))
     return names
 
 
 def _pool_names(size: int, namespaces: list[str]) -> list[tuple[str, str]]:
     return [(namespaces[index % NAMESPACES], f"pool-{index:03d}") for index in range(size)]
+
+
+def _active(index: int, active: int) -> bool:
+    """The first `active` pools of the first namespace run a worker; the other databases see the operator only."""
+    return index % NAMESPACES == 0 and index // NAMESPACES < active
 
 
 def _wait_ready(cluster: LocalCluster, namespaces: list[str], size: int, timeout: float) -> None:
@@ -116,19 +135,26 @@ def _wait_quiet(operator: OperatorProcess, size: int, resync: float, periods: in
     return None
 
 
-def _idle_window(fleet: Fleet, cluster: LocalCluster, operator: OperatorProcess, pg_log: Path, window: float) -> None:
+def _idle_window(
+    fleet: Fleet, cluster: LocalCluster, operator: OperatorProcess, postgres: LocalPostgres, window: float
+) -> None:
     audit = cluster.control_plane.audit
     assert audit is not None and operator.process is not None
     apiserver_metrics = f"{cluster.control_plane.server}/metrics"
     tls = cluster.control_plane.admin_ssl_context()
     operator_metrics = f"http://127.0.0.1:{operator.environment['FIREFLOW_OPERATOR_METRICS_PORT']}/metrics"
-    sizes_before, reconciles_before = (
+    databases = [_database(fleet.pools, index) for index in range(NAMESPACES)]
+    before = read_url(operator_metrics)
+    sizes_before, reconciles_before, triggers_before = (
         response_bytes(read_url(apiserver_metrics, tls)),
-        reconciles(read_url(operator_metrics)),
+        reconciles(before),
+        reconcile_requests(before),
     )
-    usage_before, log, since, started = (
+    xacts_before = read_transactions(postgres.url(), databases)
+    usage_before, log, operator_log, since, started = (
         read_process(operator.process.pid),
-        LogTail(pg_log),
+        LogTail(postgres.log_path),
+        LogTail(operator.log_path),
         datetime.now(UTC),
         time.monotonic(),
     )
@@ -136,12 +162,21 @@ def _idle_window(fleet: Fleet, cluster: LocalCluster, operator: OperatorProcess,
     until, fleet.window_seconds = datetime.now(UTC), time.monotonic() - started
     usage = read_process(operator.process.pid)
     fleet.cpu_seconds, fleet.rss_mib = usage.cpu_seconds - usage_before.cpu_seconds, usage.rss_mib
+    xacts = {
+        name: count - xacts_before.get(name, 0) for name, count in read_transactions(postgres.url(), databases).items()
+    }
+    fleet.transactions = sum(xacts.values())
+    fleet.quiet_transactions = sum(xacts.get(name, 0) for name in databases[1:])
+    fleet.quiet_pools = sum(1 for index in range(fleet.pools) if index % NAMESPACES)
     opened = new_connections(log.read())
     fleet.connections = sum(n for name, n in opened.items() if name in OPERATOR_APPLICATIONS)
     fleet.other_connections = sum(opened.values()) - fleet.connections
-    fleet.reconciles = reconciles(read_url(operator_metrics)) - reconciles_before
-    after = response_bytes(read_url(apiserver_metrics, tls))
-    sizes = {key: value - sizes_before.get(key, 0.0) for key, value in after.items()}
+    after = read_url(operator_metrics)
+    fleet.reconciles = reconciles(after) - reconciles_before
+    fleet.triggers = reconcile_requests(after) - triggers_before
+    fleet.status_fields = status_writes(operator_log.read())
+    sizes_after = response_bytes(read_url(apiserver_metrics, tls))
+    sizes = {key: value - sizes_before.get(key, 0.0) for key, value in sizes_after.items()}
     everyone = audit.requests(since, until)
     own = [r for r in everyone if r.user == OPERATOR_USER]
     fleet.requests, fleet.mutating = len(own), sum(r.mutating for r in own)
@@ -184,13 +219,14 @@ def measure(postgres: LocalPostgres, size: int, args: argparse.Namespace) -> Fle
             started = time.monotonic()
             pools = _pool_names(size, namespaces)
             for index, (namespace, name) in enumerate(pools):
-                create_pool(cluster.api, namespace, name, replicas=1 if index < args.active else 0, dbos=QUICK_DBOS)
+                replicas = 1 if _active(index, args.active) else 0
+                create_pool(cluster.api, namespace, name, replicas=replicas, dbos=QUICK_DBOS)
             _wait_ready(cluster, namespaces, size, timeout=300 + 10 * size)
             fleet.ready_seconds = time.monotonic() - started
             print(f"  {size} pools Ready after {fleet.ready_seconds:.0f} s", flush=True)
             fleet.quiet_seconds = _wait_quiet(operator, size, args.resync)
             print(f"  quiet after {fleet.quiet_seconds or 'never, measured anyway, after'} s more", flush=True)
-            _idle_window(fleet, cluster, operator, postgres.log_path, args.window)
+            _idle_window(fleet, cluster, operator, postgres, args.window)
             fleet.latencies = _spec_changes(cluster, pools, args.changes)
         finally:
             operator.stop()
@@ -208,6 +244,16 @@ ROWS: tuple[tuple[str, str, Any], ...] = (
     ("mutating API requests per pool per minute", "{:.2f}", lambda f: f.per_pool_minute(f.mutating)),
     ("API response bytes per pool per minute (GET/LIST)", "{:,.0f}", lambda f: f.per_pool_minute(f.response_bytes)),
     ("new database connections per pool per minute", "{:.2f}", lambda f: f.per_pool_minute(f.connections)),
+    (
+        "database transactions per pool per minute, every database",
+        "{:.1f}",
+        lambda f: f.per_pool_minute(f.transactions),
+    ),
+    (
+        "database transactions per pool per minute, databases without workers (the operator's)",
+        "{:.2f}",
+        lambda f: f.per_pool_minute(f.quiet_transactions, f.quiet_pools),
+    ),
     ("reconciles per pool per minute", "{:.2f}", lambda f: f.per_pool_minute(f.reconciles)),
     ("spec change -> StatefulSet, p50, s", "{:.2f}", lambda f: f.percentile(50)),
     ("spec change -> StatefulSet, p99, s", "{:.2f}", lambda f: f.percentile(99)),
@@ -215,20 +261,24 @@ ROWS: tuple[tuple[str, str, Any], ...] = (
 
 
 def table(measured: list[Fleet]) -> list[str]:
+    """One column per fleet size, then the ratio of each larger size to the smallest."""
     fleets = sorted(measured, key=lambda f: f.pools)
-    first, last = fleets[0], fleets[-1]
-    ratio = f"{last.pools} / {first.pools}"
+    first, larger = fleets[0], fleets[1:]
+    ratios = "".join(f" ratio {f.pools} / {first.pools} |" for f in larger)
     lines = [
-        f"| idle, per pool | {' | '.join(f'{f.pools} pools' for f in fleets)} | ratio {ratio} |",
-        "|---|" + "---:|" * (len(fleets) + 1),
+        f"| idle, per pool | {' | '.join(f'{f.pools} pools' for f in fleets)} |{ratios}",
+        "|---|" + "---:|" * (len(fleets) + len(larger)),
     ]
+    blank = " |" * len(larger)
     for label, fmt, value in ROWS:
         low = value(first)
-        shown = f"{value(last) / low:.2f}x" if low else "-"
-        lines.append(f"| {label} | {' | '.join(fmt.format(value(f)) for f in fleets)} | {shown} |")
-    lines.append(f"| time until every pool was Ready, s | {' | '.join(f'{f.ready_seconds:.0f}' for f in fleets)} | |")
+        shown = "".join(f" {value(f) / low:.2f}x |" if low else " - |" for f in larger)
+        lines.append(f"| {label} | {' | '.join(fmt.format(value(f)) for f in fleets)} |{shown}")
+    lines.append(
+        f"| time until every pool was Ready, s | {' | '.join(f'{f.ready_seconds:.0f}' for f in fleets)} |{blank}"
+    )
     quiet = " | ".join("never" if f.quiet_seconds is None else f"{f.quiet_seconds:.0f}" for f in fleets)
-    lines.append(f"| then until a resync period had <= 1.2 reconciles per pool, s | {quiet} | |")
+    lines.append(f"| then until a resync period had <= 1.2 reconciles per pool, s | {quiet} |{blank}")
     return lines
 
 
@@ -236,13 +286,19 @@ def details(fleets: list[Fleet]) -> list[str]:
     lines = []
     for fleet in fleets:
         kinds = ", ".join(f"{verb} {resource} {code}: {n}" for (verb, resource, code), n in fleet.kinds.most_common(8))
+        triggers = ", ".join(f"{trigger} {n}" for trigger, n in sorted(fleet.triggers.items())) or "none"
         lines.append(
             f"- {fleet.pools} pools, {fleet.window_seconds:.0f} s: {fleet.requests} operator requests ({kinds}); "
-            f"{fleet.connections} operator database connections, {fleet.other_connections} of others (workers, Jobs)"
+            f"{fleet.connections} operator database connections, {fleet.other_connections} of others (workers, Jobs); "
+            f"{fleet.transactions} database transactions ({fleet.quiet_transactions} without workers); "
+            f"reconciles asked for: {triggers}"
         )
         if fleet.written:
             objects = ", ".join(f"{what}: {n}" for what, n in fleet.written.most_common(6))
             lines.append(f"  - written by the operator ({len(fleet.written)} objects, the most written): {objects}")
+        if fleet.status_fields:
+            fields = ", ".join(f"{path}: {n}" for path, n in fleet.status_fields.most_common(8))
+            lines.append(f"  - status fields those writes changed: {fields}")
     return lines
 
 

@@ -7,7 +7,10 @@
   stream and are not in it), shared out per (verb, resource) by the operator's share of those requests in the
   audit log.
 - New database connections: PostgreSQL's `log_connections` lines, by application_name.
-- Reconciles: the operator's `fireflow_operator_reconciles_total`.
+- Database transactions: `pg_stat_database`'s xact_commit + xact_rollback of the fleet's databases.
+- Reconciles: the operator's `fireflow_operator_reconciles_total`, and what asked for them
+  (`fireflow_operator_reconcile_requests_total` by trigger).
+- Status writes: the operator's log line for each, naming the fields it changed.
 The parsers are pure; the `read_*` functions do the I/O.
 """
 
@@ -20,12 +23,15 @@ from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
 
+import psycopg
+
 from benchmarks.cpu import process_cpu_seconds
 from tests.kube.audit import Request
 
 _SAMPLE = re.compile(r"^(?P<name>[a-zA-Z_:][a-zA-Z0-9_:]*)(?:\{(?P<labels>[^}]*)\})? (?P<value>\S+)")
 _LABEL = re.compile(r'(\w+)="((?:[^"\\]|\\.)*)"')
 _AUTHORIZED = re.compile(r"connection authorized: .*?application_name=(\S+)")
+_STATUS_WRITTEN = re.compile(r"status of (\S+) written: (.*)$", re.MULTILINE)
 # What the operator's own database clients call themselves: its probe, and the DBOS client of its recovery and
 # version calls (DBOS names the connections of a client it builds so).
 OPERATOR_APPLICATIONS = frozenset({"fireflow-operator", "dbos_transact_client"})
@@ -68,6 +74,32 @@ def new_connections(log_text: str) -> Counter[str]:
 
 def reconciles(text: str) -> float:
     return sum(value for _, value in samples(text, "fireflow_operator_reconciles_total"))
+
+
+def reconcile_requests(text: str) -> Counter[str]:
+    """Reconciles asked for so far, by trigger (pool, child, requeue, timer) (pure)."""
+    found: Counter[str] = Counter()
+    for labels, value in samples(text, "fireflow_operator_reconcile_requests_total"):
+        found[labels.get("trigger", "")] += int(value)
+    return found
+
+
+def status_writes(log_text: str) -> Counter[str]:
+    """The status fields the operator's writes changed, counted over its log lines (pure)."""
+    fields: Counter[str] = Counter()
+    for match in _STATUS_WRITTEN.finditer(log_text):
+        fields.update(path.strip() for path in match[2].split(", "))
+    return fields
+
+
+def read_transactions(url: str, databases: list[str]) -> dict[str, int]:
+    """Committed and rolled back transactions so far per database (PostgreSQL's cumulative statistics)."""
+    with psycopg.connect(url, autocommit=True) as conn:
+        conn.execute("SELECT pg_stat_clear_snapshot()")
+        rows = conn.execute(
+            "SELECT datname, xact_commit + xact_rollback FROM pg_stat_database WHERE datname = ANY(%s)", (databases,)
+        ).fetchall()
+    return {str(name): int(count) for name, count in rows}
 
 
 @dataclass(frozen=True)

@@ -1,8 +1,10 @@
 """Every kopf registration, and nothing else: the triggers of a pool's reconcile and of its finalizer, which
 all go to the work queue (workqueue.py), and kopf's own settings.
 
-A pool is reconciled when it changes, when one of its children (StatefulSet, Job, Pod) changes, and every
-`resync_seconds`.
+A pool is reconciled when it changes, when one of its children (StatefulSet, Job, Pod) changes, when its
+PodDisruptionBudget or Service goes, and every `resync_seconds`. Every watch event is kept first (pool_index.py,
+watch_cache.py): reconciles read the pools and children from there, not from the API server. The children's
+watches ask the API server for the operator's own objects only, by their label.
 """
 
 from __future__ import annotations
@@ -17,10 +19,12 @@ from typing import Any
 
 import kopf
 
+from fireflow_contract import logformat
 from fireflow_operator.api import names
 from fireflow_operator.api.model import GROUP, PLURAL, VERSION
 from fireflow_operator.observability import metrics
 from fireflow_operator.settings import load_settings
+from fireflow_operator.watch_cache import JOBS, KINDS, OWNED_SELECTOR, PDBS, PODS, SERVICES, STATEFULSETS
 from fireflow_operator.workqueue import PoolWorkQueue, kubernetes_client
 
 
@@ -65,6 +69,9 @@ def configure(settings: kopf.OperatorSettings, **_: Any) -> None:
     logging.getLogger("aiohttp.access").setLevel(logging.WARNING)  # one line per liveness probe otherwise
     # Kopf's default 60 s watch re-lists are cheap reads; a server-side timeout keeps idle watches healthy.
     settings.watching.server_timeout = 300
+    # The children's watches carry the operator's own objects only (not every pod of the cluster).
+    for kind, (group, version, _model) in KINDS.items():
+        settings.watching.label_selectors[group, version, kind] = OWNED_SELECTOR
     if ours.metrics_port:
         from prometheus_client import start_http_server  # noqa: PLC0415
 
@@ -89,16 +96,54 @@ async def pool_changed(namespace: str | None, name: str, **_: Any) -> None:
 
 @kopf.timer(GROUP, VERSION, PLURAL, interval=SETTINGS.resync_seconds, initial_delay=5.0, labels=MINE)
 async def pool_resync(namespace: str | None, name: str, **_: Any) -> None:
-    await RUNNING.queue.reconcile(str(namespace), name)
+    await RUNNING.queue.reconcile(str(namespace), name, "timer")
 
 
-@kopf.on.event("apps", "v1", "statefulsets", labels={names.LABEL_MANAGED_BY: names.MANAGER})
-@kopf.on.event("batch", "v1", "jobs", labels={names.LABEL_MANAGED_BY: names.MANAGER})
-@kopf.on.event("", "v1", "pods", labels={names.LABEL_MANAGED_BY: names.MANAGER})
-async def child_changed(namespace: str | None, labels: Mapping[str, str], **_: Any) -> None:
-    pool = labels.get(names.LABEL_POOL)
-    if pool and await RUNNING.queue.may_select(str(namespace), pool):  # another shard's pool costs not even a GET
-        await RUNNING.queue.reconcile(str(namespace), pool)
+OWNED = {names.LABEL_MANAGED_BY: names.MANAGER}
+
+
+def _kept(kind: str, body: kopf.Body, type: str | None) -> bool:
+    """Keep the event's object; whether it told the operator something new (a watch's re-list, or the echo of
+    the operator's own write, does not)."""
+    return RUNNING.queue.children.observe(kind, dict(body), deleted=type == "DELETED")
+
+
+@kopf.on.event("apps", "v1", STATEFULSETS, labels=OWNED)
+async def statefulset_changed(body: kopf.Body, type: str | None, labels: Mapping[str, str], **_: Any) -> None:
+    await _child_changed(STATEFULSETS, body, type, labels)
+
+
+@kopf.on.event("batch", "v1", JOBS, labels=OWNED)
+async def job_changed(body: kopf.Body, type: str | None, labels: Mapping[str, str], **_: Any) -> None:
+    await _child_changed(JOBS, body, type, labels)
+
+
+@kopf.on.event("", "v1", PODS, labels=OWNED)
+async def pod_changed(body: kopf.Body, type: str | None, labels: Mapping[str, str], **_: Any) -> None:
+    await _child_changed(PODS, body, type, labels)
+
+
+@kopf.on.event("policy", "v1", PDBS, labels=OWNED)
+async def pdb_seen(body: kopf.Body, type: str | None, labels: Mapping[str, str], **_: Any) -> None:
+    # Its status follows every pod; only its deletion is news (the reconcile makes it again).
+    await _child_changed(PDBS, body, type, labels, only_deletion=True)
+
+
+@kopf.on.event("", "v1", SERVICES, labels=OWNED)
+async def service_seen(body: kopf.Body, type: str | None, labels: Mapping[str, str], **_: Any) -> None:
+    await _child_changed(SERVICES, body, type, labels, only_deletion=True)
+
+
+async def _child_changed(
+    kind: str, body: kopf.Body, type: str | None, labels: Mapping[str, str], *, only_deletion: bool = False
+) -> None:
+    """Keep the child; reconcile its pool when the child changed (or, `only_deletion`, went)."""
+    namespace, pool = str(body.metadata.namespace), labels.get(names.LABEL_POOL)
+    if pool:
+        logformat.enter_pool(namespace, pool)  # kopf's line about this handler names the pool beside the child
+    news = _kept(kind, body, type) and (type == "DELETED" or not only_deletion)
+    if news and pool and await RUNNING.queue.may_select(namespace, pool):  # another shard's pool costs nothing
+        await RUNNING.queue.reconcile(namespace, pool, "child")
 
 
 @kopf.on.delete(GROUP, VERSION, PLURAL, labels=MINE)

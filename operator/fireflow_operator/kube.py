@@ -1,11 +1,16 @@
-"""Thin I/O helpers over the Kubernetes API: idempotent creates, replace-if-changed, status writes."""
+"""Thin I/O helpers over the Kubernetes API: idempotent creates, replace-if-changed, status writes.
+
+In the running operator the pools and their children are read from what kopf's watches keep (pool_index.py,
+watch_cache.py) and every write's answer is kept there too; without those (the finalizer's tests, tools) the
+same helpers ask the API server.
+"""
 
 from __future__ import annotations
 
 import base64
 import hashlib
 import json
-import time
+import logging
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, TypeVar, cast
@@ -17,7 +22,9 @@ from fireflow_contract import worker_variables
 from fireflow_operator.api import names
 from fireflow_operator.api.model import GROUP, PLURAL, VERSION
 from fireflow_operator.pool_index import PoolIndex
+from fireflow_operator.watch_cache import JOBS, OWNED_SELECTOR, PDBS, PODS, SERVICES, STATEFULSETS, WatchCache
 
+log = logging.getLogger("fireflow.operator")
 HASH_ANNOTATION = "fireflow.persistent.ai/spec-hash"
 T = TypeVar("T")
 
@@ -56,7 +63,40 @@ def api_error(err: ApiException) -> tuple[str, str]:
     return kind, str(body.get("message") or err.reason)[:1000]
 
 
-SERVICE_RECHECK_SECONDS = 600.0
+def label_selector(labels: dict[str, str]) -> str:
+    return ",".join(f"{key}={value}" for key, value in labels.items())
+
+
+class SecretReads:
+    """The Secrets of one namespace that one reconcile needs, each read from the API server once."""
+
+    def __init__(self, kube: Kube, namespace: str) -> None:
+        self.kube = kube
+        self.namespace = namespace
+        self._read: dict[str, Any] = {}
+
+    def get(self, name: str) -> Any | None:
+        if name not in self._read:
+            self._read[name] = self.kube.read_secret(self.namespace, name)
+        return self._read[name]
+
+    def labels(self, name: str) -> dict[str, str] | None:
+        """A Secret's labels ({} when it has none), or None when it does not exist."""
+        secret = self.get(name)
+        return None if secret is None else dict(secret.metadata.labels or {})
+
+    def value(self, name: str, key: str) -> str | None:
+        return secret_data(self.get(name), key)
+
+
+# The LIST of each cached kind: (the Kube attribute of its API group, the client's method infix).
+_LISTS = {
+    STATEFULSETS: ("apps", "stateful_set"),
+    JOBS: ("batch", "job"),
+    PODS: ("core", "pod"),
+    PDBS: ("policy", "pod_disruption_budget"),
+    SERVICES: ("core", "service"),
+}
 
 
 @dataclass
@@ -68,9 +108,10 @@ class Kube:
     batch: client.BatchV1Api
     policy: client.PolicyV1Api
     custom: client.CustomObjectsApi
-    # Services known to exist, by (namespace, name, owner uid) -> when last confirmed (monotonic seconds).
-    services_seen: dict[tuple[str, str, str], float] = field(default_factory=dict)
     pool_index: PoolIndex | None = None  # set by the running operator (handlers.py feeds it)
+    children: WatchCache | None = None  # likewise
+    # The connection Secret copies written or confirmed: (namespace, name) -> (what they hold, when, monotonic).
+    copies_synced: dict[tuple[str, str], tuple[str, float]] = field(default_factory=dict)
 
     @classmethod
     def from_client(cls, api_client: client.ApiClient) -> Kube:
@@ -82,28 +123,31 @@ class Kube:
             custom=client.CustomObjectsApi(api_client),
         )
 
-    def secret_value(self, namespace: str, name: str, key: str) -> str | None:
-        return secret_data(read_or_none(self.core.read_namespaced_secret, name, namespace), key)
+    def read_secret(self, namespace: str, name: str) -> Any | None:
+        """A Secret (None when it does not exist): read from the API server each time, since the operator
+        never lists or watches Secrets (its RBAC reads them one by one)."""
+        return read_or_none(self.core.read_namespaced_secret, name, namespace)
 
     def create(self, create: Callable[..., Any], namespace: str, body: dict[str, Any]) -> None:
         """Create; "already exists" (409) counts as success, so a repeated reconcile is harmless."""
         try:
-            create(namespace, body)
+            created = create(namespace, body)
         except ApiException as err:
             if err.status != 409:
                 raise
-
-    def ensure_service(self, body: dict[str, Any], recheck_seconds: float = SERVICE_RECHECK_SECONDS) -> None:
-        """Create the Service once; later reconciles trust it exists, and look again only after
-        `recheck_seconds` (a Service deleted by hand comes back then): no write, and no read, per reconcile."""
-        meta = body["metadata"]
-        key = (str(meta["namespace"]), str(meta["name"]), str(meta["ownerReferences"][0]["uid"]))
-        now = time.monotonic()
-        if now - self.services_seen.get(key, -recheck_seconds) < recheck_seconds:
             return
-        if read_or_none(self.core.read_namespaced_service, key[1], key[0]) is None:
-            self.create(self.core.create_namespaced_service, key[0], body)
-        self.services_seen[key] = now
+        if self.children is not None:
+            self.children.written(created)
+
+    def ensure_service(self, body: dict[str, Any]) -> None:
+        """Create the Service unless it exists (one deleted by hand comes back at the next reconcile)."""
+        namespace, name = body["metadata"]["namespace"], body["metadata"]["name"]
+        if self.children is not None:
+            existing = self.children[SERVICES].get(namespace, name)
+        else:
+            existing = read_or_none(self.core.read_namespaced_service, name, namespace)
+        if existing is None:
+            self.create(self.core.create_namespaced_service, namespace, body)
 
     def upsert_statefulset(self, body: dict[str, Any], existing: Any | None) -> bool:
         """Create or replace the StatefulSet when what we own in it changed; True when it wrote."""
@@ -114,62 +158,95 @@ class Kube:
         if existing is None:
             self.create(self.apps.create_namespaced_stateful_set, namespace, body)
             return True
-        current = existing.to_dict() if hasattr(existing, "to_dict") else existing
-        same_spec = (current["metadata"].get("annotations") or {}).get(HASH_ANNOTATION) == digest
-        same_replicas = "replicas" not in spec or current["spec"].get("replicas") == spec["replicas"]
+        same_spec = (existing.metadata.annotations or {}).get(HASH_ANNOTATION) == digest
+        same_replicas = "replicas" not in spec or existing.spec.replicas == spec["replicas"]
         if same_spec and same_replicas:
             return False
-        body["metadata"]["resourceVersion"] = current["metadata"]["resource_version"]
+        body["metadata"]["resourceVersion"] = existing.metadata.resource_version
         if "replicas" not in spec:
-            spec["replicas"] = current["spec"].get("replicas")  # another owner's value, kept as it is
-        self.apps.replace_namespaced_stateful_set(name, namespace, body)  # type: ignore[arg-type]
+            spec["replicas"] = existing.spec.replicas  # another owner's value, kept as it is
+        try:
+            replaced = self.apps.replace_namespaced_stateful_set(name, namespace, body)  # type: ignore[arg-type]
+        except ApiException as err:
+            if err.status != 404 or self.children is None:
+                raise
+            # Deleted while the watch was away: the cache held a ghost. Gone now; created again.
+            self.children.forget(STATEFULSETS, namespace, name)
+            del body["metadata"]["resourceVersion"]
+            self.create(self.apps.create_namespaced_stateful_set, namespace, body)
+            return True
+        if self.children is not None:
+            self.children.written(replaced)
         return True
+
+    def _delete(self, delete: Callable[..., Any], kind: str, namespace: str, name: str, **options: Any) -> None:
+        """Delete; already gone counts as done."""
+        try:
+            delete(name, namespace, **options)
+        except ApiException as err:
+            if err.status != 404:
+                raise
+        if self.children is not None:
+            self.children.forget(kind, namespace, name)
 
     def delete_job(self, namespace: str, name: str) -> None:
         """Delete a Job and its pods; already gone counts as done."""
-        try:
-            self.batch.delete_namespaced_job(name, namespace, propagation_policy="Background")
-        except ApiException as err:
-            if err.status != 404:
-                raise
+        self._delete(self.batch.delete_namespaced_job, JOBS, namespace, name, propagation_policy="Background")
 
     def delete_statefulset(self, namespace: str, name: str) -> None:
         """Delete a StatefulSet and its pods (they drain on SIGTERM); already gone counts as done."""
-        try:
-            self.apps.delete_namespaced_stateful_set(name, namespace, propagation_policy="Background")
-        except ApiException as err:
-            if err.status != 404:
-                raise
+        delete = self.apps.delete_namespaced_stateful_set
+        self._delete(delete, STATEFULSETS, namespace, name, propagation_policy="Background")
 
     def ensure_pdb(self, namespace: str, name: str, desired: dict[str, Any] | None) -> None:
         """Create, update or delete the PodDisruptionBudget so that it matches `desired` (None: none)."""
-        existing: Any = read_or_none(self.policy.read_namespaced_pod_disruption_budget, name, namespace)
+        if self.children is not None:
+            existing = self.children[PDBS].get(namespace, name)
+        else:
+            existing = read_or_none(self.policy.read_namespaced_pod_disruption_budget, name, namespace)
         if desired is None:
             if existing is not None:
-                self.policy.delete_namespaced_pod_disruption_budget(name, namespace)
+                self._delete(self.policy.delete_namespaced_pod_disruption_budget, PDBS, namespace, name)
             return
         if existing is None:
             self.create(self.policy.create_namespaced_pod_disruption_budget, namespace, desired)
         elif existing.spec.max_unavailable != desired["spec"]["maxUnavailable"]:
-            self.policy.patch_namespaced_pod_disruption_budget(name, namespace, {"spec": desired["spec"]})
+            patch = {"spec": desired["spec"]}
+            try:
+                patched = self.policy.patch_namespaced_pod_disruption_budget(name, namespace, patch)
+            except ApiException as err:
+                if err.status != 404 or self.children is None:
+                    raise
+                self.children.forget(PDBS, namespace, name)  # a ghost of the cache: gone, so made again
+                self.create(self.policy.create_namespaced_pod_disruption_budget, namespace, desired)
+                return
+            if self.children is not None:
+                self.children.written(patched)
 
-    def list_jobs(self, namespaces: list[str], label_selector: str) -> list[Any]:
-        """Jobs matching a selector in `namespaces`, or cluster-wide when empty."""
+    def pool_jobs(self, namespace: str, pool_name: str) -> list[Any]:
+        """Every Job the operator made for the pool."""
+        if self.children is not None:
+            return self.children[JOBS].of_pool(namespace, pool_name, {names.LABEL_POOL: pool_name})
+        selector = names.children_selector(pool_name)
+        return list(self.batch.list_namespaced_job(namespace, label_selector=selector).items)
+
+    def list_jobs(self, namespaces: list[str], labels: dict[str, str]) -> list[Any]:
+        """The operator's Jobs with these labels in `namespaces`, or cluster-wide when empty."""
+        if self.children is not None:
+            return self.children[JOBS].matching(labels, namespaces)
+        selector = label_selector({**labels, names.LABEL_MANAGED_BY: names.MANAGER})
         if not namespaces:
-            return list(self.batch.list_job_for_all_namespaces(label_selector=label_selector).items)
+            return list(self.batch.list_job_for_all_namespaces(label_selector=selector).items)
         jobs: list[Any] = []
         for namespace in namespaces:
-            jobs += self.batch.list_namespaced_job(namespace, label_selector=label_selector).items
+            jobs += self.batch.list_namespaced_job(namespace, label_selector=selector).items
         return jobs
 
-    def secret_labels(self, namespace: str, name: str) -> dict[str, str] | None:
-        """A Secret's labels ({} when it has none), or None when it does not exist."""
-        secret: Any = read_or_none(self.core.read_namespaced_secret, name, namespace)
-        return None if secret is None else dict(secret.metadata.labels or {})
-
     def list_pods(self, namespace: str, selector: dict[str, str]) -> list[Any]:
-        label_selector = ",".join(f"{k}={v}" for k, v in selector.items())
-        return list(self.core.list_namespaced_pod(namespace, label_selector=label_selector).items)
+        """The pods with these labels: the operator's own (its workers and Jobs') when the cache is on."""
+        if self.children is not None:
+            return self.children[PODS].of_pool(namespace, _pool_in(selector), selector)
+        return list(self.core.list_namespaced_pod(namespace, label_selector=label_selector(selector)).items)
 
     def failed_create_events(self, namespace: str) -> list[Any]:
         """The namespace's FailedCreate events: controllers that could not create a pod, and why."""
@@ -177,10 +254,8 @@ class Kube:
 
     def list_worker_pods(self, namespace: str, selector: dict[str, str]) -> dict[str, int]:
         """Live pods by name, with the worker processes each runs (its FIREFLOW_WORKER_PROCESSES, else 1)."""
-        label_selector = ",".join(f"{k}={v}" for k, v in selector.items())
         found: dict[str, int] = {}
-        pods: list[Any] = self.core.list_namespaced_pod(namespace, label_selector=label_selector).items
-        for pod in pods:
+        for pod in self.list_pods(namespace, selector):
             env = {e.name: e.value for e in (pod.spec.containers[0].env or []) if e.value is not None}
             processes = env.get(worker_variables.PROCESSES, "1")
             found[str(pod.metadata.name)] = int(processes) if processes.isdigit() else 1
@@ -191,6 +266,8 @@ class Kube:
     def pool_statefulset(self, namespace: str, pool_name: str, version_index: int) -> Any | None:
         """The StatefulSet of one application version of the pool (None when it does not exist)."""
         name = names.statefulset_name(pool_name, version_index)
+        if self.children is not None:
+            return self.children[STATEFULSETS].get(namespace, name)
         return read_or_none(self.apps.read_namespaced_stateful_set, name, namespace)
 
     def pool_statefulsets(self, namespace: str, pool_name: str) -> list[Any]:
@@ -263,6 +340,38 @@ class Kube:
             return self.pool_index.pools(lambda: self.list_pools_now(namespaces))
         return self.list_pools_now(namespaces)
 
+    def fleet_view(self, namespaces: list[str], name: str, build: Callable[[list[dict[str, Any]]], T]) -> T:
+        """What `build` makes of every pool: made once per change of the fleet when the operator runs (the pool
+        index keeps it), else from a LIST."""
+        if self.pool_index is not None:
+            self.pool_index.fill(lambda: self.list_pools_now(namespaces))
+            return self.pool_index.derived(name, build)
+        return build(self.list_pools_now(namespaces))
+
+    def pool(self, namespace: str, name: str, namespaces: list[str]) -> dict[str, Any] | None:
+        """One pool (None when it does not exist): as the watch last showed it once the operator runs."""
+        if self.pool_index is not None:
+            return self.pool_index.pool(namespace, name, lambda: self.list_pools_now(namespaces))
+        try:
+            found: Any = self.custom.get_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, name)
+        except ApiException as err:
+            if err.status == 404:
+                return None
+            raise
+        return cast(dict[str, Any], found)
+
+    def list_owned(self, kind: str, namespaces: list[str]) -> list[dict[str, Any]]:
+        """Every object of one cached kind that the operator made (its label), in `namespaces` or everywhere,
+        as the JSON the watch delivers: what fills the watch cache."""
+        api, method = _LISTS[kind]
+        if not namespaces:
+            list_all = getattr(getattr(self, api), f"list_{method}_for_all_namespaces")
+            pages = [list_all(label_selector=OWNED_SELECTOR, _preload_content=False)]
+        else:
+            call = getattr(getattr(self, api), f"list_namespaced_{method}")
+            pages = [call(ns, label_selector=OWNED_SELECTOR, _preload_content=False) for ns in namespaces]
+        return [item for page in pages for item in json.loads(page.data).get("items") or []]
+
     def list_pools_now(self, namespaces: list[str]) -> list[dict[str, Any]]:
         """Every pool in `namespaces`, or cluster-wide when empty, from the API server."""
         if not namespaces:
@@ -275,12 +384,35 @@ class Kube:
         return pools
 
     def write_status(self, namespace: str, name: str, old: dict[str, Any], new: dict[str, Any]) -> bool:
-        """Write the status unless nothing changed; True when it wrote."""
+        """Write the status unless nothing changed; True when it wrote. What changed is logged (a pool that is
+        written while nothing happens shows here), and the answer is what the pool index holds from now on."""
         patch = merge_patch(old, new)
         if not patch:
             return False
-        self.custom.patch_namespaced_custom_object_status(GROUP, VERSION, namespace, PLURAL, name, {"status": patch})
+        written: Any = self.custom.patch_namespaced_custom_object_status(
+            GROUP, VERSION, namespace, PLURAL, name, {"status": patch}
+        )
+        log.info("status of %s/%s written: %s", namespace, name, ", ".join(changed_paths(patch)))
+        if self.pool_index is not None and isinstance(written, dict):
+            self.pool_index.observe(written)
         return True
+
+
+def _pool_in(selector: dict[str, str]) -> str:
+    """The pool a selector of its children names (every selector the operator uses names one)."""
+    return selector.get(names.LABEL_INSTANCE) or selector.get(names.LABEL_POOL) or ""
+
+
+def changed_paths(patch: dict[str, Any], prefix: str = "") -> list[str]:
+    """The dotted paths a merge patch sets or removes, for the log (pure)."""
+    paths: list[str] = []
+    for key, value in patch.items():
+        path = f"{prefix}{key}"
+        if isinstance(value, dict) and value:
+            paths += changed_paths(value, f"{path}.")
+        else:
+            paths.append(path if value is not None else f"{path} (removed)")
+    return paths
 
 
 def merge_patch(old: dict[str, Any], new: dict[str, Any]) -> dict[str, Any]:

@@ -33,7 +33,7 @@ from fireflow_operator.context import PoolContext
 from fireflow_operator.database.dbprobe import pool_connection_prefix, probe_database
 from fireflow_operator.database.facts import DatabaseFacts
 from fireflow_operator.database.kept_connections import DatabaseQueryError, DatabaseUnreachableError
-from fireflow_operator.kube import Kube, api_error
+from fireflow_operator.kube import Kube, SecretReads, api_error
 from fireflow_operator.migration import machine
 from fireflow_operator.migration.gate import MigrationGate
 from fireflow_operator.pool_conditions import summarize
@@ -52,6 +52,13 @@ def pod_defaults(settings: OperatorSettings) -> PodDefaults:
     )
 
 
+def _worker_prefixes(pools: list[dict[str, Any]]) -> list[str]:
+    """The application_name prefixes of every known pool's workers (the budget does not count them as others)."""
+    return [
+        pool_connection_prefix(p["metadata"]["namespace"], names.statefulset_name(p["metadata"]["name"])) for p in pools
+    ]
+
+
 class Reconciler:
     def __init__(self, kube: Kube, settings: OperatorSettings) -> None:
         self.kube = kube
@@ -60,7 +67,9 @@ class Reconciler:
         self.gate = MigrationGate(kube, settings)
         self.fleet = Fleet(kube, settings)
 
-    def reconcile(self, body: dict[str, Any]) -> Outcome:
+    def reconcile(self, body: dict[str, Any], facts_max_age: float = 0.0) -> Outcome:
+        """One reconcile; the database's facts may be up to `facts_max_age` seconds old (read for another pool on
+        the same database: a resync need not look afresh, a change does)."""
         draft = StatusDraft.start(body)
         mine = shards.claim(self.settings)
         other = shards.other_claimant(
@@ -69,7 +78,7 @@ class Reconciler:
         if other is not None:
             draft.event("Warning", conditions.REASON_SELECTED_TWICE, shards.overlap_message(other, mine))
         draft.new["reconciledBy"] = mine
-        self._reconcile(body, draft)
+        self._reconcile(body, draft, facts_max_age)
         draft.transition_events()
         # Every field is declared (the API server would drop one that is not): a drift fails here, loudly.
         parse_status(draft.new)
@@ -77,7 +86,7 @@ class Reconciler:
         draft.outcome.status = draft.new
         return draft.outcome
 
-    def _reconcile(self, body: dict[str, Any], draft: StatusDraft) -> None:
+    def _reconcile(self, body: dict[str, Any], draft: StatusDraft, facts_max_age: float) -> None:
         try:
             spec = parse_spec(body.get("spec") or {})
         except ValidationError as err:
@@ -86,13 +95,14 @@ class Reconciler:
         pool = Pool(draft.name, draft.namespace, body["metadata"]["uid"], spec, pod_defaults(self.settings))
         draft.new["targetImage"] = spec.image
         refusal = policy.service_account_refusal(spec, self.settings.allowed_service_accounts)
+        secrets = SecretReads(self.kube, pool.namespace)  # each read once: the operator never watches Secrets
         if refusal is None and self.settings.require_shared_secrets:
-            labels = {name: self.kube.secret_labels(pool.namespace, name) for name in policy.secrets_used(spec)}
+            labels = {name: secrets.labels(name) for name in policy.secrets_used(spec)}
             refusal = policy.unshared_secret(spec, pool.namespace, labels)
         if refusal is not None:
             draft.blocked(refusal.reason, refusal.message)
             return
-        source = connection.resolve(self.kube, pool)
+        source = connection.resolve(self.kube, pool, secrets=secrets)
         draft.url = source.url
         ref = spec.database.secret_ref
         if source.url is None or source.from_copy:
@@ -103,16 +113,19 @@ class Reconciler:
         if refusal is not None:
             draft.blocked(refusal.reason, refusal.message)
             return
+        self._on_database(body, PoolContext(pool, draft, source.url), facts_max_age)
+
+    def _on_database(self, body: dict[str, Any], ctx: PoolContext, facts_max_age: float) -> None:
+        """What the database says, what the pools sharing it allow, and then the children."""
+        draft, spec = ctx.draft, ctx.pool.spec
         pools = self.kube.list_pools(self.settings.namespaces)
         try:
             facts = probe_database(
-                source.url,
+                ctx.url,
                 spec.dbos.application_name,
                 timeout_seconds=self.settings.database_timeout_seconds,
-                pool_prefixes=[
-                    pool_connection_prefix(p["metadata"]["namespace"], names.statefulset_name(p["metadata"]["name"]))
-                    for p in pools
-                ],
+                pool_prefixes=self.kube.fleet_view(self.settings.namespaces, "worker connections", _worker_prefixes),
+                max_age_seconds=facts_max_age,
             )
         except DatabaseUnreachableError as err:
             self._database_problem(draft, conditions.REASON_DATABASE_UNREACHABLE, f"cannot reach the database: {err}")
@@ -138,12 +151,15 @@ class Reconciler:
                 draft.blocked(refusal.reason, refusal.message)
                 return
         mine = queue_settings.on_database(body, spec)
-        refusal = queue_settings.conflict(mine, queue_settings.pools_on(facts.server, facts.database, pools, mine))
+        by_database = self.kube.fleet_view(self.settings.namespaces, "by database", queue_settings.pools_by_database)
+        refusal = queue_settings.conflict(
+            mine, queue_settings.pools_on(facts.server, facts.database, by_database, mine)
+        )
         if refusal is not None:
             draft.blocked(refusal.reason, refusal.message)
             return
         try:
-            self._reconcile_children(PoolContext(pool, draft, source.url), facts, pools)
+            self._reconcile_children(ctx, facts, pools)
         except ApiException as err:
             if err.status not in (400, 422):
                 raise
@@ -235,7 +251,7 @@ class Reconciler:
         if step.migration.get("phase") == machine.DONE and not step.hold_at_zero and sts is not None:
             sizes = {names.statefulset_name(name, current.index): plan.allowed}
             sizes |= {names.statefulset_name(name, r.version.index): r.replicas or 0 for r in retiring}
-            self.fleet.recover(ctx, sizes, live_pods)
+            self.fleet.recover(ctx, sizes, live_pods, facts.pending_executors)
         for event in (e for r in retiring for e in r.events):
             draft.event("Normal", *event)
         self._summarize(ctx, step, listed, current, over_budget, retiring)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from fireflow_operator.capacity.budget import PoolNeed, compute_budget, pool_need
+from fireflow_operator.capacity.budget import PoolNeed, compute_budget, pool_need, same_decision
 from fireflow_operator.capacity.usage import UsageHistory
 from fireflow_operator.database.dbprobe import count_others, pool_connection_prefix
 from fireflow_operator.database.dsn import libpq_dsn, password_of, redact
@@ -50,6 +50,16 @@ def test_should_stay_within_the_database_and_role_connection_limits() -> None:
                                other_pools=[], others=NO_ONE)  # fmt: skip
     assert superuser.limiting.name == "server"  # neither limit applies to a superuser
     assert superuser.as_status(2, 2)["limitedBy"] == "server"
+
+
+def test_should_write_no_status_when_only_others_usage_moved_within_the_budget() -> None:
+    before = compute_budget(_facts(), per_replica=5, headroom=0, other_pools=[], others=Usage(7, 7, 7))
+    after = compute_budget(_facts(), per_replica=5, headroom=0, other_pools=[], others=Usage(12, 12, 12))
+    assert before.max_replicas != after.max_replicas  # clients came: one replica fewer would fit
+    assert same_decision(before.as_status(2, 2), after.as_status(2, 2))  # the pool runs its 2 all the same
+    held = (before.as_status(30, before.max_replicas), after.as_status(30, after.max_replicas))
+    assert not same_decision(*held)  # held back by the budget: what fits is the decision
+    assert not same_decision(before.as_status(2, 2), before.as_status(3, 3))
 
 
 def test_should_read_another_pools_need_from_its_status() -> None:

@@ -10,6 +10,8 @@ from tests.kube.cluster import Cluster
 from tests.support.pools import OperatorProcess, create_pool, create_secret, wait_for_condition
 from tests.worker.test_logs import json_lines
 
+CHILD_HANDLERS = ("Handler 'statefulset_changed'", "Handler 'job_changed'", "Handler 'pod_changed'")
+
 
 def test_should_write_every_operator_line_as_json_naming_the_pool(
     kube_cluster: Cluster, kube_api: ApiClient, kube_namespace: str, pool_database: str
@@ -29,9 +31,7 @@ def test_should_write_every_operator_line_as_json_naming_the_pool(
     # kopf's lines about the pool's children (its StatefulSet, pods, Job) name the pool beside the child.
     # (In this test's namespace: an earlier test's pool, its namespace still going away, may be handled too.)
     handled = [
-        line
-        for line in lines
-        if line["message"].startswith("Handler 'child_changed'") and line.get("namespace") == kube_namespace
+        line for line in lines if line["message"].startswith(CHILD_HANDLERS) and line.get("namespace") == kube_namespace
     ]
     assert handled
     assert all(line.get("pool") == "logged" and "object" in line for line in handled), [

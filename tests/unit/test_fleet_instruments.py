@@ -5,7 +5,15 @@ from __future__ import annotations
 
 from datetime import UTC, datetime
 
-from benchmarks.fleet import new_connections, operator_bytes, reconciles, response_bytes, samples
+from benchmarks.fleet import (
+    new_connections,
+    operator_bytes,
+    reconcile_requests,
+    reconciles,
+    response_bytes,
+    samples,
+    status_writes,
+)
 from tests.kube.audit import Request, count, parse_event
 
 EVENT = {
@@ -82,3 +90,24 @@ def test_should_count_new_connections_per_application_name() -> None:
         "application_name=dbos_transact_client\n"
     )
     assert new_connections(log) == {"fireflow-operator": 2, "dbos_transact_client": 1}
+
+
+def test_should_count_reconcile_requests_by_trigger() -> None:
+    text = "\n".join(
+        [
+            'fireflow_operator_reconcile_requests_total{trigger="timer"} 400.0',
+            'fireflow_operator_reconcile_requests_total{trigger="child"} 12.0',
+            'fireflow_operator_reconcile_requests_created{trigger="timer"} 1.7e9',
+        ]
+    )
+    assert reconcile_requests(text) == {"timer": 400, "child": 12}
+
+
+def test_should_count_the_status_fields_the_operators_writes_changed() -> None:
+    log = (
+        "2026-12-06T03:46:10.519Z INFO fireflow.operator: status of ns/pool written: migration.attempt (removed), "
+        "replicas\n"
+        "2026-12-06T03:46:11.143Z INFO kopf.objects: [ns/pool] Handler 'pod_changed' succeeded.\n"
+        "2026-12-06T03:46:12.143Z INFO fireflow.operator: status of ns/other written: replicas\n"
+    )
+    assert status_writes(log) == {"replicas": 2, "migration.attempt (removed)": 1}

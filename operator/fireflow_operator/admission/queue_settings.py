@@ -1,5 +1,6 @@
 """Pools that share a database share its queue settings: DBOS keeps one row per queue and database, and
-every worker reloads it on each poll, so the last writer silently wins for everyone (pure).
+every worker reloads it on each poll, so the last writer silently wins for everyone (pure; other pools' specs are
+parsed once per change and kept).
 
 A pool whose settings for a queue it shares with an older pool on the same database differ is refused,
 with both values in the message, rather than merged.
@@ -69,17 +70,43 @@ def on_database(body: dict[str, Any], spec: PoolSpec) -> PoolOnDatabase:
     return PoolOnDatabase(meta["namespace"], meta["name"], str(meta.get("creationTimestamp", "")), spec)
 
 
-def pools_on(server: str, database: str, pools: list[dict[str, Any]], mine: PoolOnDatabase) -> list[PoolOnDatabase]:
-    """The other pools whose status says they use the same database (valid specs only)."""
-    same = []
-    for other in pools:
-        meta, budget = other["metadata"], (other.get("status") or {}).get("connectionBudget") or {}
-        if (meta["namespace"], meta["name"]) == (mine.namespace, mine.name):
-            continue
-        if (budget.get("server"), budget.get("database")) != (server, database):
+# Other pools' specs, parsed once per change ((uid, generation): the API server counts spec changes): every
+# reconcile looks at the specs of all the pools on its database, and parsing them each time grew with the fleet.
+_PARSED: dict[tuple[str, int], PoolSpec] = {}
+_PARSED_MAX = 10_000
+
+
+def _spec_of(body: dict[str, Any]) -> PoolSpec:
+    meta = body["metadata"]
+    key = (str(meta.get("uid") or ""), int(meta.get("generation") or 0))
+    spec = _PARSED.get(key) if key[0] else None
+    if spec is None:
+        spec = parse_spec(body.get("spec") or {})
+        if key[0]:
+            if len(_PARSED) >= _PARSED_MAX:
+                _PARSED.clear()
+            _PARSED[key] = spec
+    return spec
+
+
+def pools_by_database(pools: list[dict[str, Any]]) -> dict[tuple[str, str], list[PoolOnDatabase]]:
+    """Every pool with a valid spec under the (server, database) its status says it uses."""
+    grouped: dict[tuple[str, str], list[PoolOnDatabase]] = {}
+    for body in pools:
+        budget = (body.get("status") or {}).get("connectionBudget") or {}
+        if "server" not in budget:
             continue
         try:
-            same.append(on_database(other, parse_spec(other.get("spec") or {})))
+            found = on_database(body, _spec_of(body))
         except ValidationError:
             continue
-    return same
+        grouped.setdefault((str(budget["server"]), str(budget.get("database"))), []).append(found)
+    return grouped
+
+
+def pools_on(
+    server: str, database: str, grouped: dict[tuple[str, str], list[PoolOnDatabase]], mine: PoolOnDatabase
+) -> list[PoolOnDatabase]:
+    """The other pools whose status says they use the same database (valid specs only; `grouped`: as
+    pools_by_database grouped them)."""
+    return [p for p in grouped.get((server, database), []) if (p.namespace, p.name) != (mine.namespace, mine.name)]

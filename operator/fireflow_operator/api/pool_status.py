@@ -101,13 +101,17 @@ class ConnectionBudgetStatus(StatusModel):
     other_pools: int = Field(description="Connections other pools on the server may hold.")
     migration_job: int = Field(description="Connections a migration Job holds.")
     operator_connection: int | None = Field(
-        None, description="The operator's connection to the database, kept between reconciles."
+        None,
+        description="The operator's connections to the database, kept between reconciles and shared by its pools.",
     )
     database_limit: int = Field(description="The database's connection limit (-1: none).")
     role_limit: int = Field(description="The role's connection limit (-1: none).")
     limited_by: str = Field(description="The scope whose limit binds: server, database or role.")
     per_replica: int = Field(description="Connections one worker pod may hold.")
-    max_replicas: int = Field(description="The most replicas the budget allows.")
+    max_replicas: int = Field(
+        description="The most replicas the budget allows (as of the budget's last different decision while the "
+        "pool is within it: others' usage alone does not rewrite the status)."
+    )
     desired_replicas: int = Field(description="The replicas asked for.")
     allowed_replicas: int = Field(description="The replicas of the current version allowed.")
     retiring_replicas: int = Field(description="Replicas of retiring versions, counted beside them.")

@@ -5,7 +5,7 @@ the slots reserved for superusers and `pg_use_reserved_connections`), the databa
 and the role's `CONNECTION LIMIT` (the last two do not apply to superusers). A pool fits when each of
 those scopes has room for its workers after everything else in that scope: connections in use by anything
 that is not a known pool, what the other pools on the same scope need, the migration Job, the operator's own
-connection to the database, and (server-wide) the pool's headroom. Pools on different databases of one server
+connections to the database, and (server-wide) the pool's headroom. Pools on different databases of one server
 share its `max_connections`.
 
 A worker holds at most `systemDatabasePoolSize` pooled connections plus one LISTEN connection; a migration
@@ -16,19 +16,21 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import NamedTuple
 
 from fireflow_operator.database.facts import DatabaseFacts, Usage
+from fireflow_operator.database.kept_connections import CONNECTIONS_PER_DATABASE
 
 MIGRATION_JOB_CONNECTIONS = 3
-OPERATOR_CONNECTION = (
-    1  # the operator's connection to the pool's database, kept between reconciles (database/kept_connections.py)
-)
+# The operator's own connections to the pool's database, kept between reconciles and shared by all its pools and
+# by the DBOS client that hands stranded runs back (database/kept_connections.py).
+OPERATOR_CONNECTION = CONNECTIONS_PER_DATABASE
 SERVER, DATABASE, ROLE = "server", "database", "role"
 
 
-@dataclass(frozen=True)
-class PoolNeed:
-    """What one pool's workers may hold, and where: read from its status.connectionBudget."""
+class PoolNeed(NamedTuple):
+    """What one pool's workers may hold, and where: read from its status.connectionBudget (a tuple: every
+    reconcile reads one per pool of the fleet)."""
 
     server: str
     database: str
@@ -141,12 +143,17 @@ def compute_budget(
 # a status (and an event) changes only when one of these does, so an idle pool causes no writes.
 DECISION_KEYS = (
     "server", "database", "role", "maxConnections", "databaseLimit", "roleLimit", "headroom", "limitedBy",
-    "perReplica", "maxReplicas", "desiredReplicas", "allowedReplicas", "retiringReplicas", "needed",
+    "perReplica", "desiredReplicas", "allowedReplicas", "retiringReplicas", "needed",
 )  # fmt: skip
 
 
 def same_decision(old: Mapping[str, object], new: Mapping[str, object]) -> bool:
-    return all(old.get(key) == new.get(key) for key in DECISION_KEYS)
+    """Whether nothing was decided differently. How many replicas would fit moves with every other client's
+    connection; it is a decision only while it holds the pool back (below that, a 200-pool fleet's statuses were
+    rewritten each time a client came or went on the server)."""
+    held_back = int(str(new.get("allowedReplicas", 0))) < int(str(new.get("desiredReplicas", 0)))
+    keys = (*DECISION_KEYS, "maxReplicas") if held_back else DECISION_KEYS
+    return all(old.get(key) == new.get(key) for key in keys)
 
 
 def pool_need(status: dict[str, object]) -> PoolNeed | None:

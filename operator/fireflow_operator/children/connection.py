@@ -9,6 +9,7 @@ namespace (the same readers as the original) and is updated whenever the origina
 from __future__ import annotations
 
 import base64
+import time
 from dataclasses import dataclass
 from typing import Any
 
@@ -16,7 +17,11 @@ from kubernetes.client.exceptions import ApiException
 
 from fireflow_operator.api import names
 from fireflow_operator.children.builders import Pool
-from fireflow_operator.kube import Kube, read_or_none, secret_data
+from fireflow_operator.kube import Kube, SecretReads, content_hash, read_or_none, secret_data
+
+# The operator never lists or watches Secrets: a copy it wrote is trusted for this long, then read again (one
+# deleted by hand comes back then).
+COPY_RECHECK_SECONDS = 600.0
 
 
 @dataclass(frozen=True)
@@ -43,8 +48,13 @@ def build_copy(pool: Pool, url: str) -> dict[str, Any]:
 
 
 def sync_copy(kube: Kube, pool: Pool, url: str) -> None:
-    """Create the copy, or update it when the user's Secret changed (idempotent)."""
+    """Create the copy, or update it when the user's Secret changed (idempotent); a copy this process wrote or
+    confirmed with the same URL is not read again for COPY_RECHECK_SECONDS."""
     name = names.connection_secret_name(pool.name)
+    key, held = (pool.namespace, name), content_hash([pool.uid, url])
+    synced = kube.copies_synced.get(key)
+    if synced is not None and synced[0] == held and time.monotonic() - synced[1] < COPY_RECHECK_SECONDS:
+        return
     body = build_copy(pool, url)
     existing: Any = read_or_none(kube.core.read_namespaced_secret, name, pool.namespace)
     if existing is None:
@@ -55,12 +65,14 @@ def sync_copy(kube: Kube, pool: Pool, url: str) -> None:
         kube.core.patch_namespaced_secret(
             name, pool.namespace, {"metadata": {"finalizers": [names.FINALIZER]}, "data": body["data"]}
         )
+    kube.copies_synced[key] = (held, time.monotonic())
 
 
-def resolve(kube: Kube, pool: Pool, *, keep_copy: bool = True) -> ConnectionSource:
-    """The URL from the user's Secret (kept in the copy when `keep_copy`), else from the copy alone."""
+def resolve(kube: Kube, pool: Pool, *, keep_copy: bool = True, secrets: SecretReads | None = None) -> ConnectionSource:
+    """The URL from the user's Secret (kept in the copy when `keep_copy`), else from the copy alone; `secrets`:
+    what this reconcile already read."""
     ref = pool.spec.database.secret_ref
-    url = kube.secret_value(pool.namespace, ref.name, ref.key)
+    url = (secrets or SecretReads(kube, pool.namespace)).value(ref.name, ref.key)
     if url is not None:
         if keep_copy:
             sync_copy(kube, pool, url)
@@ -72,6 +84,7 @@ def resolve(kube: Kube, pool: Pool, *, keep_copy: bool = True) -> ConnectionSour
 def release_copy(kube: Kube, namespace: str, pool_name: str) -> None:
     """Drop the copy's finalizer and delete it: the pool's runs were handed back."""
     name = names.connection_secret_name(pool_name)
+    kube.copies_synced.pop((namespace, name), None)
     try:
         kube.core.patch_namespaced_secret(name, namespace, {"metadata": {"finalizers": None}})
         kube.core.delete_namespaced_secret(name, namespace)

@@ -6,6 +6,7 @@ key=value strings, ambiguous user info); the operator applies the same ones to w
 
 from __future__ import annotations
 
+import functools
 import urllib.parse
 
 from fireflow_contract.dburl import libpq_url, redact_url, secrets_of
@@ -29,14 +30,20 @@ def password_of(url: str) -> str | None:
     return str(password) if password else None
 
 
+@functools.lru_cache(maxsize=1024)
+def _spellings(secret: str) -> tuple[str, ...]:
+    """The secret and its password in every spelling, longest first (worked out once per URL: every condition
+    of every reconcile is redacted)."""
+    spellings = {secret.strip(), *secrets_of(secret)}
+    password = password_of(secret)  # secrets_of leaves out short ones, for logs; a message hides them too
+    if password:
+        spellings |= {password, urllib.parse.quote(password, safe=""), urllib.parse.quote_plus(password)}
+    return tuple(spelling for spelling in sorted(spellings, key=len, reverse=True) if spelling)
+
+
 def redact(text: str, secret: str | None) -> str:
     """`text` with the secret, its password in every spelling, and any URL password replaced."""
     if secret:
-        spellings = {secret.strip(), *secrets_of(secret)}
-        password = password_of(secret)  # secrets_of leaves out short ones, for logs; a message hides them too
-        if password:
-            spellings |= {password, urllib.parse.quote(password, safe=""), urllib.parse.quote_plus(password)}
-        for spelling in sorted(spellings, key=len, reverse=True):
-            if spelling:
-                text = text.replace(spelling, REDACTED)
+        for spelling in _spellings(secret):
+            text = text.replace(spelling, REDACTED)
     return redact_url(text)

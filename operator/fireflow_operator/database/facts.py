@@ -31,6 +31,7 @@ class DatabaseFacts:
     others: Usage
     schema_version: int
     foreign_applications: tuple[str, ...]
+    pending_executors: tuple[str, ...] = ()  # every executor id with PENDING runs on the database
 
     @property
     def database_key(self) -> str:

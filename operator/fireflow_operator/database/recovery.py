@@ -14,8 +14,7 @@ from collections.abc import Iterable
 import psycopg
 
 from fireflow_contract import executor_ids
-from fireflow_operator.database.dsn import libpq_dsn
-from fireflow_operator.database.kept_connections import DatabaseQueryError, database_connection
+from fireflow_operator.database.kept_connections import DatabaseQueryError, database_connection, dbos_engine
 
 
 def stranded_executors(
@@ -53,7 +52,8 @@ def stranded_executors(
 
 
 def pending_executors(url: str, namespace: str, statefulset: str, *, timeout_seconds: int) -> list[str]:
-    """Executor ids of this StatefulSet's pods that own PENDING runs (raises the dbprobe errors)."""
+    """Executor ids of this StatefulSet's pods that own PENDING runs (raises the dbprobe errors); the operator's
+    reconciles take them from the database's shared probe instead (dbprobe.py), `kubectl fireflow` asks here."""
     return _pending_with_prefix(url, executor_ids.statefulset_prefix(namespace, statefulset), timeout_seconds)
 
 
@@ -98,9 +98,8 @@ def resume_runs_of(url: str, application_name: str, executors: list[str], *, tim
     from dbos import DBOSClient  # noqa: PLC0415 - heavy; only needed when something is stranded
 
     try:
-        client = DBOSClient(
-            system_database_url=libpq_dsn(url), application_name=application_name, system_database_pool_size=2
-        )
+        # On the operator's own pool of this database's connections: nothing opened beside the budgeted ones.
+        client = DBOSClient(system_database_engine=dbos_engine(url, timeout_seconds), application_name=application_name)
         try:
             for run_id, queue in runs:
                 # Back onto its own queue, so the pool's workers claim it under the queue's concurrency limits.

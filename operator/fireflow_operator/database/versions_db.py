@@ -12,8 +12,7 @@ from typing import Any
 import psycopg
 
 from fireflow_contract import executor_ids
-from fireflow_operator.database.dsn import libpq_dsn
-from fireflow_operator.database.kept_connections import DatabaseQueryError, database_connection
+from fireflow_operator.database.kept_connections import DatabaseQueryError, database_connection, dbos_engine
 
 
 def runs_left(
@@ -50,9 +49,8 @@ def runs_left(
 def _client(url: str, application_name: str) -> Any:
     from dbos import DBOSClient  # noqa: PLC0415 - heavy; only needed for a version change
 
-    return DBOSClient(
-        system_database_url=libpq_dsn(url), application_name=application_name, system_database_pool_size=2
-    )
+    # On the operator's own pool of this database's connections (the probe made it): nothing opened beside it.
+    return DBOSClient(system_database_engine=dbos_engine(url), application_name=application_name)
 
 
 def make_latest(url: str, application_name: str, version: str) -> bool:

@@ -1,4 +1,5 @@
-"""What the gate needs to know about a pool's migration Jobs, read from the API server (I/O)."""
+"""What the gate needs to know about a pool's migration Jobs, as the watch keeps them (the API server's
+answer where the operator runs without its cache) (I/O)."""
 
 from __future__ import annotations
 
@@ -37,12 +38,9 @@ def as_migration_job(job: Any) -> MigrationJob:
 
 def pool_jobs(kube: Kube, namespace: str, pool_name: str) -> dict[str, Any]:
     """The pool's migration Jobs by name."""
-    listed: list[Any] = kube.batch.list_namespaced_job(
-        namespace, label_selector=names.children_selector(pool_name)
-    ).items
     return {
         str(job.metadata.name): job
-        for job in listed
+        for job in kube.pool_jobs(namespace, pool_name)
         if (job.metadata.labels or {}).get(names.LABEL_COMPONENT, "").startswith("migration-")
     }
 
@@ -71,8 +69,9 @@ def database_apply_running(
     kube: Kube, namespaces: list[str], database_label: str, namespace: str, pool: str
 ) -> str | None:
     """Another pool's apply Job on the same database that still runs, named for a message."""
-    selector = f"{names.LABEL_DATABASE}={database_label},{names.LABEL_COMPONENT}={APPLY_COMPONENT}"
-    for job in kube.list_jobs(namespaces, selector):
+    for job in kube.list_jobs(
+        namespaces, {names.LABEL_DATABASE: database_label, names.LABEL_COMPONENT: APPLY_COMPONENT}
+    ):
         meta = job.metadata
         if (meta.namespace, (meta.labels or {}).get(names.LABEL_POOL)) == (namespace, pool):
             continue

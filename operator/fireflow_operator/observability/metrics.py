@@ -7,6 +7,16 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 REGISTRY = CollectorRegistry()
 RECONCILES = Counter("fireflow_operator_reconciles", "Pool reconciles by result.", ["result"], registry=REGISTRY)
 RECONCILE_SECONDS = Histogram("fireflow_operator_reconcile_seconds", "Time of one reconcile.", registry=REGISTRY)
+RECONCILE_REQUESTS = Counter(
+    "fireflow_operator_reconcile_requests",
+    "Reconciles asked for, by what asked: pool (its spec or metadata changed), child (a StatefulSet, Job, Pod, "
+    "PodDisruptionBudget or Service of it changed), requeue (a reconcile asked to look again), timer (the resync).",
+    ["trigger"],
+    registry=REGISTRY,
+)
+RECONCILE_QUEUE = Gauge(
+    "fireflow_operator_reconcile_queue", "Pools waiting for a reconcile (the most urgent go first).", registry=REGISTRY
+)
 POOLS = Gauge("fireflow_operator_pools", "Pools by phase.", ["phase"], registry=REGISTRY)
 RECOVERED_RUNS = Counter(
     "fireflow_operator_recovered_runs", "PENDING runs of departed workers handed back to the queue.", registry=REGISTRY

@@ -192,15 +192,17 @@ class Fleet:
             entries.append(entry)
         return entries
 
-    def recover(self, ctx: PoolContext, statefulsets: dict[str, int], live_pods: dict[str, int]) -> None:
+    def recover(
+        self, ctx: PoolContext, statefulsets: dict[str, int], live_pods: dict[str, int], pending: tuple[str, ...]
+    ) -> None:
         """No stranded runs: hand back the PENDING runs of departed pods that will not return, for every
-        version's StatefulSet (name -> the replicas it keeps)."""
+        version's StatefulSet (name -> the replicas it keeps); `pending`: the database's executors with PENDING
+        runs, as its probe saw them."""
         pool, draft, url = ctx.pool, ctx.draft, ctx.url
         timeout = self.settings.database_timeout_seconds
         try:
             stranded: list[str] = []
             for sts_name, replicas in statefulsets.items():
-                pending = recovery.pending_executors(url, pool.namespace, sts_name, timeout_seconds=timeout)
                 stranded += recovery.stranded_executors(
                     pending, namespace=pool.namespace, statefulset=sts_name, replicas=replicas, live_pods=live_pods
                 )
