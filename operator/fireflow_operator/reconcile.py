@@ -78,6 +78,8 @@ class Reconciler:
         if other is not None:
             draft.event("Warning", conditions.REASON_SELECTED_TWICE, shards.overlap_message(other, mine))
         draft.new["reconciledBy"] = mine
+        # Every version's pods until the current version is known (then that version's, for /scale).
+        draft.new["selector"] = ",".join(f"{k}={v}" for k, v in names.selector_labels(draft.name).items())
         self._reconcile(body, draft, facts_max_age)
         draft.transition_events()
         # Every field is declared (the API server would drop one that is not): a drift fails here, loudly.
@@ -207,6 +209,10 @@ class Reconciler:
         if progress.held_back(draft.new.get("rollout") or {}, target):
             return machine.MigrationStep(dict(draft.new.get("migration") or {}))
         step = self.gate.step(pool, facts, draft, sts, live_pods)
+        if step.schema_version is not None:
+            draft.new["schemaVersion"] = step.schema_version
+        if step.roll_out:
+            draft.set_current(target, pool.spec.image, pool.spec.dbos.application_version)
         if step.roll_out and draft.old.get("currentTarget") != draft.new.get("currentTarget"):
             new = draft.new
             draft.new["rollout"] = progress.started(
@@ -216,17 +222,17 @@ class Reconciler:
 
     def _roll_versions(
         self, pool: Pool, draft: StatusDraft, listed: list[Version], current: Version, sts: Any
-    ) -> tuple[list[Version], Version, Any]:
-        """A rolled-out target: the current version's new image, or a new version on its own StatefulSet."""
+    ) -> tuple[list[Version], Version, Any, int | None]:
+        """A rolled-out target: the current version's new image, or a new version on its own StatefulSet; and,
+        for a new version, the replicas the old one ran (an autoscaler's count carries over)."""
         old_replicas = int(sts.spec.replicas or 0) if sts is not None else 0
-        listed = self.fleet.roll_out(draft, listed, current_replicas=old_replicas)
+        listed = self.fleet.roll_out(
+            draft, listed, draft.new["currentImage"], draft.new["currentApplicationVersion"], old_replicas
+        )
         switched = fleet.current_of(listed) or current
-        if switched.index != current.index:
-            migration_status = dict(draft.new.get("migration") or {})
-            migration_status.setdefault("replicasBefore", old_replicas)  # an autoscaler's count carries over
-            draft.new["migration"] = migration_status
-            sts = self._read_sts(pool, switched.index)
-        return listed, switched, sts
+        if switched.index == current.index:
+            return listed, current, sts, None
+        return listed, switched, self._read_sts(pool, switched.index), old_replicas
 
     def _reconcile_children(self, ctx: PoolContext, facts: DatabaseFacts, pools: list[dict[str, Any]]) -> None:
         pool, draft = ctx.pool, ctx.draft
@@ -238,11 +244,14 @@ class Reconciler:
         sts = self._read_sts(pool, current.index)
         live_pods = self.kube.list_worker_pods(pool.namespace, names.selector_labels(name))  # every version's
         step = self._step(pool, facts, draft, sts, live_pods)
+        carried = None
         if step.roll_out:
-            listed, current, sts = self._roll_versions(pool, draft, listed, current, sts)
+            listed, current, sts, carried = self._roll_versions(pool, draft, listed, current, sts)
         retiring = self.fleet.plan_retiring(ctx, listed)
         kept = 0 if step.hold_at_zero else sum(r.replicas or 0 for r in retiring)
-        plan, over_budget = self.budgets.plan(pool, facts, pools, draft, sts, step, retiring_replicas=kept)
+        plan, over_budget = self.budgets.plan(
+            pool, facts, pools, draft, sts, step, retiring_replicas=kept, carried_replicas=carried
+        )
         self._apply_children(pool, draft, sts, plan, step.roll_out, current)
         self.fleet.apply_retiring(pool, retiring, hold_at_zero=step.hold_at_zero)
         retired = {r.version.index for r in retiring if r.replicas is None}
@@ -272,10 +281,17 @@ class Reconciler:
         draft.new["replicas"] = int(sts_status.replicas or 0) if sts_status is not None else 0
         draft.new["readyReplicas"] = int(sts_status.ready_replicas or 0) if sts_status is not None else 0
         draft.new["selector"] = names.scale_selector(pool.name, current.index)
-        stuck, rolled_back = self.fleet.check_progress(pool, draft, listed, sts_now)
-        if listed and not rolled_back:  # a rollback wrote the versions it restores
+        verdict = self.fleet.check_progress(pool, draft, listed, sts_now)
+        if verdict is not None:
+            draft.new["rollout"] = verdict.rollout
+        if verdict is not None and verdict.restore is not None:  # rolled back: the next reconcile applies it
+            restore = verdict.restore
+            draft.set_current(restore["target"], restore["image"], restore["applicationVersion"])
+            draft.new["versions"] = [v.as_status() for v in verdict.versions]
+        elif listed:
             self.fleet.make_current_latest(ctx, current, draft.new["readyReplicas"])
             draft.new["versions"] = self.fleet.versions_status(pool, listed, retiring)
+        stuck = verdict.stuck if verdict is not None else None
         summary = summarize(
             step,
             schema_version=draft.new.get("schemaVersion"),

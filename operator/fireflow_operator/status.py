@@ -9,7 +9,7 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from fireflow_operator.api import conditions, names
+from fireflow_operator.api import conditions
 from fireflow_operator.database.dsn import redact
 
 
@@ -51,7 +51,6 @@ class StatusDraft:
         old.pop("kopf", None)
         new = json.loads(json.dumps(old))
         new["observedGeneration"] = int(meta.get("generation", 0))
-        new["selector"] = ",".join(f"{k}={v}" for k, v in names.selector_labels(meta["name"]).items())
         return cls(meta["namespace"], meta["name"], old, new, new["observedGeneration"])
 
     def cond(self, kind: str, ok: bool | None, reason: str, message: str) -> None:

@@ -26,6 +26,7 @@ from kubernetes.client import (
 from kubernetes.client.exceptions import ApiException
 
 from fireflow_operator.api.model import GROUP, PLURAL, VERSION, parse_spec
+from fireflow_operator.api.names import LABEL_POOL
 from fireflow_operator.children.builders import (
     Pool,
     build_headless_service,
@@ -160,7 +161,10 @@ def test_should_let_the_operator_write_only_what_it_builds(
         "metadata": {**copy["metadata"], "annotations": minted},
     }
     other_secret = {**copy, "metadata": {**copy["metadata"], "name": "someone-elses"}}
-    unlabelled_job = {**job, "metadata": {**job["metadata"], "labels": {"app": "mine"}}}
+    # Without the operator's managed-by label but with the pool's: only the policy of managed objects refuses it
+    # (with no pool label the pod policy would refuse it too, in either order).
+    pool_only = {LABEL_POOL: job["metadata"]["labels"][LABEL_POOL], "app": "mine"}
+    unlabelled_job = {**job, "metadata": {**job["metadata"], "labels": pool_only}}
     orphan_service = build_headless_service(pool)
     orphan_service["metadata"]["ownerReferences"] = []
     everyone = build_network_policy(pool)
@@ -195,7 +199,7 @@ def test_should_let_the_operator_write_only_what_it_builds(
     def pod_security(**fields: Any) -> Callable[[], Any]:  # the pod's own security context
         return create_sts(_statefulset(pool, lambda b: _pod_spec(b)["securityContext"].update(fields)))
 
-    unlabelled_sts = _statefulset(pool, lambda b: b["metadata"].update(labels={"app": "mine"}))
+    unlabelled_sts = _statefulset(pool, lambda b: b["metadata"].update(labels=pool_only))
     refused = {
         "a NetworkPolicy over other pods": (dry(networking.create_namespaced_network_policy, everyone),
                                             "may select only the pods of their own pool"),

@@ -3,13 +3,17 @@ name, and the CRD's status schema is the model's, complete (no preserved unknown
 
 from __future__ import annotations
 
+import ast
+from pathlib import Path
+
 import pytest
 from pydantic import ValidationError
 
+import fireflow_operator as operator_package
 from fireflow_contract.migration_summary import MigrationSummary
 from fireflow_operator.api import conditions
 from fireflow_operator.api.crd import build_crd
-from fireflow_operator.api.pool_status import PoolStatus, parse_status
+from fireflow_operator.api.pool_status import OWNERS, PoolStatus, parse_status
 from fireflow_operator.capacity.budget import compute_budget
 from fireflow_operator.database.facts import DatabaseFacts, Usage
 from fireflow_operator.migration import machine
@@ -81,3 +85,91 @@ def test_should_generate_a_complete_status_schema_from_the_model() -> None:
     budget = status["properties"]["connectionBudget"]
     assert {"needed", "allowedReplicas", "limitedBy"} <= set(budget["properties"])
     assert status["properties"]["conditions"]["x-kubernetes-list-map-keys"] == ["type"]
+
+
+# StatusDraft's writers of named fields: a call writes them in the caller's module (their own bodies do not).
+DRAFT_WRITERS = {
+    "set_current": ("currentTarget", "currentImage", "currentApplicationVersion"),
+    "blocked": ("phase", "phaseReason"),
+}
+STATUS_DICTS = {"new", "status"}  # StatusDraft.new, and a status dict handed to a writer (children/netpol.py)
+
+
+def _status_writes(tree: ast.Module) -> set[str]:
+    """The status fields a module writes: `<draft>.new[key] = ...`, `status[KEY] = ...` (constants resolved),
+    `.update(key=...)`, `.pop(key)`, `.setdefault(key, ...)`, and calls of StatusDraft's field writers."""
+    constants = {
+        target.id: node.value.value
+        for node in tree.body
+        if isinstance(node, ast.Assign) and isinstance(node.value, ast.Constant) and isinstance(node.value.value, str)
+        for target in node.targets
+        if isinstance(target, ast.Name)
+    }
+
+    def is_status(node: ast.expr) -> bool:
+        return (isinstance(node, ast.Attribute) and node.attr in STATUS_DICTS) or (
+            isinstance(node, ast.Name) and node.id in STATUS_DICTS
+        )
+
+    def key(node: ast.expr) -> str | None:
+        if isinstance(node, ast.Constant) and isinstance(node.value, str):
+            return node.value
+        return constants.get(node.id) if isinstance(node, ast.Name) else None
+
+    skipped = {
+        id(inner)
+        for node in ast.walk(tree)
+        if isinstance(node, ast.FunctionDef) and node.name in DRAFT_WRITERS
+        for inner in ast.walk(node)
+    }
+    written: set[str] = set()
+    for node in ast.walk(tree):
+        if id(node) in skipped:
+            continue
+        targets: list[ast.expr] = []
+        if isinstance(node, ast.Assign):
+            for target in node.targets:
+                targets += target.elts if isinstance(target, ast.Tuple) else [target]
+        elif isinstance(node, ast.AugAssign):
+            targets = [node.target]
+        for target in targets:
+            if isinstance(target, ast.Subscript) and is_status(target.value) and key(target.slice):
+                written.add(str(key(target.slice)))
+        if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute):
+            method, owner = node.func.attr, node.func.value
+            if method == "update" and is_status(owner):
+                written |= {str(k.arg) for k in node.keywords if k.arg}
+            if method in ("pop", "setdefault") and is_status(owner) and node.args and key(node.args[0]):
+                written.add(str(key(node.args[0])))
+            written |= set(DRAFT_WRITERS.get(method, ()))
+    return written
+
+
+def test_should_write_every_status_field_from_its_one_owner() -> None:
+    package = Path(operator_package.__file__).parent
+    aliases = {info.alias or name for name, info in PoolStatus.model_fields.items()}
+    writers: dict[str, set[str]] = {}
+    for path in sorted(package.rglob("*.py")):
+        module = ".".join(path.relative_to(package).with_suffix("").parts)
+        if module.startswith("kubectl_plugin"):  # reads statuses, never writes one
+            continue
+        for field in _status_writes(ast.parse(path.read_text())):
+            writers.setdefault(field, set()).add(module)
+    assert set(OWNERS) == aliases, "every status field has an owner in pool_status.OWNERS"
+    writers = {field: modules for field, modules in writers.items() if field in aliases}  # not a version's keys
+    wrong = {field: sorted(modules) for field, modules in writers.items() if modules != {OWNERS.get(field)}}
+    assert not wrong, f"status fields written outside their owner (pool_status.OWNERS): {wrong}"
+    assert set(writers) == aliases, f"fields no module writes: {sorted(aliases - set(writers))}"
+
+
+def test_should_see_a_field_written_outside_its_owner() -> None:
+    # The scan itself: a second writer of a field, in each form the operator writes, is found.
+    forms = [
+        'draft.new["rollout"] = {}',
+        "draft.new.update(rollout={})",
+        'KEY = "rollout"\ndef f(status):\n    status[KEY] = 1',
+        "draft.set_current('t', 'i', 'v')",
+        'draft.new["phase"], other = 1, 2',
+    ]
+    found = [_status_writes(ast.parse(code)) for code in forms]
+    assert found == [{"rollout"}, {"rollout"}, {"rollout"}, set(DRAFT_WRITERS["set_current"]), {"phase"}]

@@ -1,8 +1,9 @@
 """The FireflowWorkerPool status as a typed model, the single source of the CRD's status schema (pure).
 
-Every field says which part of the operator writes it: one owner each, so a field never carries two
-meanings. `crd.py` generates the status schema from this model (complete: the API server prunes any field
-missing here, so a write of an undeclared field is lost, and the model test catches it first).
+Every field has one owner, the module that writes it (`OWNERS`, checked by tests/unit/test_pool_status.py
+against the code), so a field never carries two meanings. `crd.py` generates the status schema from this
+model (complete: the API server prunes any field missing here, so a write of an undeclared field is lost, and
+the model test catches it first).
 """
 
 from __future__ import annotations
@@ -147,7 +148,9 @@ class PoolStatus(StatusModel):
         None, description="The DBOS schema version the target image needs, once planned (migration/gate.py)."
     )
     target_image: str | None = Field(None, description="The image being rolled out (spec.image, once let through).")
-    current_target: str | None = Field(None, description="The target the current version runs (migration/gate.py).")
+    current_target: str | None = Field(
+        None, description="The target the current version runs, once the migration gate rolled it out."
+    )
     current_image: str | None = Field(None, description="The worker image the current version runs.")
     current_application_version: str | None = Field(None, description="The DBOS application version it runs.")
     latest_version: str | None = Field(
@@ -176,3 +179,32 @@ class PoolStatus(StatusModel):
 def parse_status(status: dict[str, Any]) -> PoolStatus:
     """The status as the model reads it (raises pydantic's ValidationError naming an undeclared field)."""
     return PoolStatus.model_validate(status)
+
+
+# The one module of fireflow_operator that writes each status field. The pure modules decide (the gate, the
+# budget, the rollout's progress); `reconcile` writes what they return, `status` keeps the conditions (each
+# condition type set by the part that judges it) and the generation.
+OWNERS: dict[str, str] = {
+    "phase": "reconcile",
+    "phaseReason": "reconcile",
+    "observedGeneration": "status",
+    "replicas": "reconcile",
+    "readyReplicas": "reconcile",
+    "desiredReplicas": "capacity.sizing",
+    "selector": "reconcile",
+    "schemaVersion": "reconcile",
+    "requiredSchemaVersion": "migration.gate",
+    "targetImage": "reconcile",
+    "currentTarget": "reconcile",
+    "currentImage": "reconcile",
+    "currentApplicationVersion": "reconcile",
+    "latestVersion": "rollout.fleet",
+    "recoveredRuns": "rollout.fleet",
+    "conditions": "status",
+    "migration": "capacity.sizing",
+    "rollout": "reconcile",
+    "versions": "reconcile",
+    "connectionBudget": "capacity.sizing",
+    "networkPolicy": "children.netpol",
+    "reconciledBy": "reconcile",
+}

@@ -53,13 +53,15 @@ class BudgetKeeper:
         sts: Any,
         step: machine.MigrationStep,
         retiring_replicas: int = 0,
+        carried_replicas: int | None = None,
     ) -> tuple[ReplicaPlan, str | None]:
         """Replicas of the current version: desired by the spec (or its autoscaler), clamped by the budget left
         after the retiring versions' workers, zero while gated; and why the pool is held below what it asks
         for, when it is."""
         spec = pool.spec
         usage = self.usage.record(f"{facts.database_key}/{facts.role}", facts.others, time.monotonic())
-        saved = (draft.new.get("migration") or {}).get("replicasBefore")
+        # The size to come back to: what a migration held at zero saved, else what a new version carries over.
+        saved = (draft.new.get("migration") or {}).get("replicasBefore", carried_replicas)
         current = sts.spec.replicas if sts is not None else None
         needs_of_others: list[PoolNeed] = []
 

@@ -77,10 +77,6 @@ class MigrationGate:
                 self.kube.create(self.kube.batch.create_namespaced_job, namespace, job)
         for name in jobs.jobs_to_delete(records, pool.name, persisted, target, step.migration):
             self.kube.delete_job(namespace, name)
-        if step.roll_out:
-            draft.set_current(target, spec.image, spec.dbos.application_version)
-        if step.schema_version is not None:
-            draft.new["schemaVersion"] = step.schema_version
         if step.migration.get("requiredVersion"):
             draft.new["requiredSchemaVersion"] = int(step.migration["requiredVersion"])
         return step

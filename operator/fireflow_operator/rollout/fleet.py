@@ -50,6 +50,16 @@ class Retiring:
     events: list[tuple[str, str]] = field(default_factory=list)
 
 
+@dataclass
+class Progress:
+    """The rollout's state for status.rollout, why it is stuck, and on a rollback what it restores."""
+
+    rollout: dict[str, Any]
+    stuck: str | None
+    restore: dict[str, Any] | None = None  # the previous target (target, image, applicationVersion)
+    versions: list[versions.Version] = field(default_factory=list)  # the versions once it is restored
+
+
 def updated_to(sts: Any, image: str) -> int:
     """Pods of the StatefulSet at `image`, once its controller has seen the template that names it (before
     that, status.updatedReplicas still counts the previous revision's pods)."""
@@ -66,10 +76,9 @@ class Fleet:
         self.settings = settings
 
     def roll_out(
-        self, draft: StatusDraft, listed: list[versions.Version], current_replicas: int
+        self, draft: StatusDraft, listed: list[versions.Version], image: str, version: str, current_replicas: int
     ) -> list[versions.Version]:
-        """The versions once the gate rolled out draft.new's current target."""
-        image, version = draft.new["currentImage"], draft.new["currentApplicationVersion"]
+        """The versions once `image` at application version `version` is the current target."""
         current = current_of(listed)
         if current is not None and current.application_version == version:
             return [versions.Version(version, current.index, image, versions.CURRENT), *listed[1:]]
@@ -219,12 +228,12 @@ class Fleet:
 
     def check_progress(
         self, pool: Pool, draft: StatusDraft, listed: list[versions.Version], sts: Any
-    ) -> tuple[str | None, bool]:
-        """The rollout's progress against its deadline; restores the previous target when it passed and the spec
-        asks for it (applied by the next reconcile, which runs in a second)."""
+    ) -> Progress | None:
+        """The rollout's progress against its deadline, and the previous target to restore when it passed and
+        the spec asks for it (applied by the next reconcile, which runs in a second); None: no rollout yet."""
         rollout = draft.new.get("rollout")
         if not rollout:
-            return None, False
+            return None
         verdict = progress.check(
             rollout,
             ready=draft.new["readyReplicas"],
@@ -234,19 +243,18 @@ class Fleet:
             deadline=pool.spec.rollout.progress_deadline_seconds,
             auto_rollback=pool.spec.rollout.auto_rollback,
         )
-        draft.new["rollout"] = verdict.rollout
-        if verdict.roll_back:
-            previous = verdict.rollout["previous"]
-            draft.set_current(previous["target"], previous["image"], previous["applicationVersion"])
-            replicas = int(draft.new.get("desiredReplicas") or 0)
-            draft.new["versions"] = [v.as_status() for v in self.roll_out(draft, listed, replicas)]
-            progressing = conditions.condition(list(draft.new.get("conditions") or []), conditions.PROGRESSING) or {}
-            if progressing.get("reason") == conditions.REASON_ROLLOUT_STUCK:
-                # Stuck already (autoRollback turned on since): no transition posts the rollback, so it is posted
-                # here; otherwise Progressing's transition to RolloutStuck is its one event (status.py).
-                draft.event("Warning", conditions.REASON_ROLLOUT_STUCK, verdict.stuck or "")
-            draft.outcome.requeue_seconds = 1.0
-        return verdict.stuck, verdict.roll_back
+        if not verdict.roll_back:
+            return Progress(verdict.rollout, verdict.stuck)
+        previous = verdict.rollout["previous"]
+        replicas = int(draft.new.get("desiredReplicas") or 0)
+        restored = self.roll_out(draft, listed, previous["image"], previous["applicationVersion"], replicas)
+        progressing = conditions.condition(list(draft.new.get("conditions") or []), conditions.PROGRESSING) or {}
+        if progressing.get("reason") == conditions.REASON_ROLLOUT_STUCK:
+            # Stuck already (autoRollback turned on since): no transition posts the rollback, so it is posted
+            # here; otherwise Progressing's transition to RolloutStuck is its one event (status.py).
+            draft.event("Warning", conditions.REASON_ROLLOUT_STUCK, verdict.stuck or "")
+        draft.outcome.requeue_seconds = 1.0
+        return Progress(verdict.rollout, verdict.stuck, restore=previous, versions=restored)
 
     def pod_problem(self, pool: Pool, sts: Any) -> health.PodProblem | None:
         """Why the pool's pods (workers and migration Jobs) cannot run, if they cannot."""
