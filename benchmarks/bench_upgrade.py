@@ -17,7 +17,6 @@ import uuid
 from fireflow_local.postgres import LocalPostgres
 from tests.kube.cluster import LocalCluster
 from tests.kube.plugin import fresh_namespace
-from tests.operator.upgrade_traffic import Traffic
 from tests.support.pools import (
     OperatorProcess,
     condition,
@@ -29,6 +28,7 @@ from tests.support.pools import (
     wait_for_pool,
     wait_until,
 )
+from tests.support.upgrade_traffic import Traffic
 
 DBOS = {"pollingIntervalMs": 50, "shutdownDrainTimeoutMs": 3000, "systemDatabasePoolSize": 5}
 

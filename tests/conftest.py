@@ -15,7 +15,7 @@ import pytest
 
 from fireflow_local.postgres import LocalPostgres, ServerCannotStartError
 
-pytest_plugins = ["tests.kube.plugin", "tests.otlp"]
+pytest_plugins = ["tests.kube.plugin", "tests.support.otlp"]
 
 
 @pytest.fixture(scope="session")

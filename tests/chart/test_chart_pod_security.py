@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 
 from tests.chart.chart import SCENARIOS, HelmError, Json, one, render
-from tests.operator.pod_security import restricted_verdicts
+from tests.support.pod_security import restricted_verdicts
 
 pytestmark = pytest.mark.usefixtures("helm_bin")
 

@@ -28,9 +28,9 @@ from fireflow_worker.client import FireflowClient
 from tests.chart.chart import CHART_DIR, render
 from tests.kube.cluster import Cluster
 from tests.kube.tools import REPO_ROOT
+from tests.support.flows import sleep_flow
 from tests.support.pools import OperatorProcess, create_pool, create_secret, wait_for_condition
-from tests.worker.flows import sleep_flow
-from tests.worker.proc import WorkerProcess
+from tests.support.proc import WorkerProcess
 from tests.worker.test_logs import three_nodes
 
 RULES_FILE = CHART_DIR / "files" / "prometheus-rules.yaml"

@@ -22,9 +22,9 @@ from tests.e2e.harness import Json, OperatorRelease, Stage
 from tests.e2e.runs import WAIT, set_schema_behind, sleep_flow
 from tests.e2e.watch import Observed
 from tests.kube import rawapi
-from tests.operator.recorder import fewest_alive
-from tests.operator.upgrade_traffic import Traffic, run_rows, statuses, versions
 from tests.support.pools import condition, wait_until
+from tests.support.recorder import fewest_alive
+from tests.support.upgrade_traffic import Traffic, run_rows, statuses, versions
 
 pytestmark = pytest.mark.e2e
 

@@ -15,7 +15,6 @@ from fireflow_operator.api.model import GROUP, PLURAL, VERSION
 from fireflow_operator.kube import Kube
 from fireflow_operator.settings import load_settings
 from fireflow_worker.client import FireflowClient
-from tests.operator.upgrade_traffic import run_rows, statuses
 from tests.support.pools import (
     QUICK_DBOS,
     OperatorProcess,
@@ -30,6 +29,7 @@ from tests.support.pools import (
     wait_for_pool,
     wait_until,
 )
+from tests.support.upgrade_traffic import run_rows, statuses
 
 LONG = {"name": "long", "nodes": {"nap": {"type": "sleep", "params": {"seconds": 300}}}}
 

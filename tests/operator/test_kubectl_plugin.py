@@ -22,7 +22,6 @@ from fireflow_worker import migrate
 from fireflow_worker.client import FireflowClient
 from tests.kube.cluster import Cluster
 from tests.kube.tools import kubectl_path, venv_bin
-from tests.operator.upgrade_traffic import run_rows, statuses
 from tests.support.pools import (
     QUICK_DBOS,
     OperatorProcess,
@@ -35,6 +34,7 @@ from tests.support.pools import (
     wait_for_pool,
     wait_until,
 )
+from tests.support.upgrade_traffic import run_rows, statuses
 
 POOL = "shown"
 CONTEXT = ("--context", "fireflow-test")

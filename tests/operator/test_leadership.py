@@ -12,7 +12,6 @@ from collections.abc import Iterator
 
 from kubernetes.client import ApiClient, AppsV1Api
 
-from tests.operator.recorder import Change, Recorder, violations
 from tests.support.leadership import holder, replica, take_over
 from tests.support.pools import (
     QUICK_DBOS,
@@ -26,6 +25,7 @@ from tests.support.pools import (
     wait_for_pool,
     wait_until,
 )
+from tests.support.recorder import Change, Recorder, violations
 
 ALL_KINDS = ("Pod", "Job", "StatefulSet", "ControllerRevision")
 

@@ -15,7 +15,6 @@ from kubernetes.client import ApiClient, AppsV1Api, BatchV1Api, CoreV1Api, Polic
 from fireflow_local.postgres import LocalPostgres
 from fireflow_worker import migrate
 from fireflow_worker.client import FireflowClient
-from tests.operator.recorder import Recorder, violations, worker_pods
 from tests.support.pools import (
     OperatorProcess,
     assert_no_secret,
@@ -32,6 +31,7 @@ from tests.support.pools import (
     wait_for_pool,
     wait_until,
 )
+from tests.support.recorder import Recorder, violations, worker_pods
 
 
 def test_should_hold_a_pool_at_the_connection_budget_and_say_why(

@@ -14,7 +14,7 @@ from pydantic import ValidationError
 
 from fireflow_operator.api.model import GROUP, PLURAL, VERSION, parse_spec
 from fireflow_operator.children.builders import Pool, build_migration_job, build_statefulset
-from tests.operator.pod_security import (
+from tests.support.pod_security import (
     ANNOTATIONS,
     BASE,
     CONTAINER_FIELDS,

@@ -26,8 +26,6 @@ from kubernetes.client import ApiClient, BatchV1Api, CoreV1Api, CustomObjectsApi
 
 from fireflow_operator.api.model import GROUP, PLURAL, VERSION
 from fireflow_worker.client import FireflowClient
-from tests.operator.recorder import Recorder, violations
-from tests.operator.upgrade_traffic import Traffic
 from tests.support.pools import (
     OperatorProcess,
     condition,
@@ -39,6 +37,8 @@ from tests.support.pools import (
     wait_for_pool,
     wait_until,
 )
+from tests.support.recorder import Recorder, violations
+from tests.support.upgrade_traffic import Traffic
 
 COMPONENT = "app.kubernetes.io/component"
 SEQUENCES = [int(s) for s in os.environ.get("FIREFLOW_SEQUENCES", "1,2").split(",") if s.strip()]

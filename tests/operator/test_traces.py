@@ -6,7 +6,7 @@ from __future__ import annotations
 from kubernetes.client import ApiClient
 
 from tests.kube.cluster import Cluster
-from tests.otlp import Collector
+from tests.support.otlp import Collector
 from tests.support.pools import OperatorProcess, create_pool, create_secret, wait_for_condition
 
 

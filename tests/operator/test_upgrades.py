@@ -17,8 +17,6 @@ import pytest
 from kubernetes.client import ApiClient, AppsV1Api
 
 from fireflow_worker.client import FireflowClient
-from tests.operator.recorder import Recorder, fewest_alive, violations, worker_pods
-from tests.operator.upgrade_traffic import Traffic, run_rows, statuses, versions
 from tests.support.pools import (
     QUICK_DBOS,
     OperatorProcess,
@@ -34,6 +32,8 @@ from tests.support.pools import (
     wait_for_pool,
     wait_until,
 )
+from tests.support.recorder import Recorder, fewest_alive, violations, worker_pods
+from tests.support.upgrade_traffic import Traffic, run_rows, statuses, versions
 
 
 def _sleepy(seconds: int) -> dict[str, Any]:

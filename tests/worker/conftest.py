@@ -8,9 +8,9 @@ import pytest
 
 from fireflow_worker import migrate
 from fireflow_worker.client import FireflowClient
-from tests.worker.proc import WorkerProcess
+from tests.support.proc import WorkerProcess
 
-ALLOWED_MODULES = "tests.worker.sideeffects"
+ALLOWED_MODULES = "tests.support.sideeffects"
 
 
 @pytest.fixture(autouse=True)

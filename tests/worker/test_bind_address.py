@@ -9,7 +9,7 @@ from collections.abc import Callable
 
 import pytest
 
-from tests.worker.proc import WorkerProcess
+from tests.support.proc import WorkerProcess
 
 StartWorker = Callable[..., WorkerProcess]
 

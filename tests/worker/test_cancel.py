@@ -16,12 +16,12 @@ from typing import Any
 import pytest
 
 from fireflow_worker.client import FireflowClient, RunCancelledError, RunNotFoundError, RunStateError
-from tests.worker import flows
-from tests.worker.proc import WorkerProcess, wait_for
+from tests.support import flows
+from tests.support.proc import WorkerProcess, wait_for
 
 StartWorker = Callable[..., WorkerProcess]
 FIREFLOW_BIN = str(Path(sys.executable).with_name("fireflow"))
-CALL = "tests.worker.sideeffects:"
+CALL = "tests.support.sideeffects:"
 
 
 def _python(

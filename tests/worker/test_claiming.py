@@ -19,8 +19,8 @@ import pytest
 from fireflow_local.postgres import LocalPostgres
 from fireflow_worker import migrate
 from fireflow_worker.client import FireflowClient
-from tests.worker import flows, sideeffects
-from tests.worker.proc import WorkerProcess, wait_for
+from tests.support import flows, sideeffects
+from tests.support.proc import WorkerProcess, wait_for
 
 StartWorker = Callable[..., WorkerProcess]
 SLOW_SAFETY_POLL = {"FIREFLOW_IDLE_POLL_INTERVAL_MS": "60000"}

@@ -12,7 +12,7 @@ from pathlib import Path
 import psycopg
 import pytest
 
-from tests.worker.proc import REPO_ROOT, WorkerProcess
+from tests.support.proc import REPO_ROOT, WorkerProcess
 
 FIREFLOW_BIN = str(Path(sys.executable).with_name("fireflow"))
 GREET = str(Path(REPO_ROOT) / "examples" / "flows" / "greet.yaml")

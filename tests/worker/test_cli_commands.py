@@ -18,7 +18,7 @@ from typing import IO
 import pytest
 
 from fireflow_local.postgres import free_port
-from tests.worker.proc import REPO_ROOT, WORKER_BIN, WorkerProcess
+from tests.support.proc import REPO_ROOT, WORKER_BIN, WorkerProcess
 
 FIREFLOW_BIN = str(Path(sys.executable).with_name("fireflow"))
 OPERATOR_BIN = str(Path(sys.executable).with_name("fireflow-operator"))

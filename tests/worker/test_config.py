@@ -9,7 +9,7 @@ import subprocess
 import pytest
 
 from fireflow_worker.config import ConfigError, load_config
-from tests.worker.proc import WORKER_BIN
+from tests.support.proc import WORKER_BIN
 
 URL = "postgresql://fireflow:s3cr3t-pw@127.0.0.1:5432/executions"
 

@@ -12,8 +12,8 @@ from pathlib import Path
 import psycopg
 
 from fireflow_worker.client import FireflowClient
-from tests.worker import flows
-from tests.worker.proc import WorkerProcess
+from tests.support import flows
+from tests.support.proc import WorkerProcess
 
 StartWorker = Callable[..., WorkerProcess]
 POOL_SIZE = 4

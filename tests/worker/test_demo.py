@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.worker.proc import REPO_ROOT
+from tests.support.proc import REPO_ROOT
 
 DEMO = str(Path(REPO_ROOT) / "examples" / "demo.py")
 DATA_LINE = "its data in "

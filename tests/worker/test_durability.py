@@ -11,8 +11,8 @@ import psycopg
 import pytest
 
 from fireflow_worker.client import FireflowClient
-from tests.worker import flows
-from tests.worker.proc import WorkerProcess, wait_for
+from tests.support import flows
+from tests.support.proc import WorkerProcess, wait_for
 
 StartWorker = Callable[..., WorkerProcess]
 

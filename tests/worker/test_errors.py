@@ -18,8 +18,8 @@ from dbos import DBOSClient
 
 from fireflow_worker.client import FireflowClient
 from fireflow_worker.engine import WORKFLOW_NAME
-from tests.worker import flows
-from tests.worker.proc import WorkerProcess
+from tests.support import flows
+from tests.support.proc import WorkerProcess
 
 StartWorker = Callable[..., WorkerProcess]
 FIREFLOW_BIN = str(Path(sys.executable).with_name("fireflow"))

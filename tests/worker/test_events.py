@@ -15,8 +15,8 @@ import psycopg
 import pytest
 
 from fireflow_worker.client import FireflowClient
-from tests.worker import flows
-from tests.worker.proc import WorkerProcess
+from tests.support import flows
+from tests.support.proc import WorkerProcess
 
 StartWorker = Callable[..., WorkerProcess]
 FIREFLOW_BIN = str(Path(sys.executable).with_name("fireflow"))

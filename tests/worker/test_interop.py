@@ -23,8 +23,8 @@ from dbos import DBOSClient, PortableWorkflowError
 
 from fireflow_contract import queues, run_request
 from fireflow_worker.client import FireflowClient
-from tests.worker import flows
-from tests.worker.proc import WorkerProcess, wait_for
+from tests.support import flows
+from tests.support.proc import WorkerProcess, wait_for
 from tests.worker.typescript import INSTALL, REPO_ROOT, SDKS, TypeScriptCaller, installed_modules
 
 StartWorker = Callable[..., WorkerProcess]
@@ -63,7 +63,7 @@ def _gated_flow(gate: Path) -> dict[str, Any]:
             "hello": {"type": "template", "params": {"template": "hi"}},
             "gate": {
                 "type": "python",
-                "params": {"function": "tests.worker.sideeffects:wait_for", "kwargs": {"path": str(gate)}},
+                "params": {"function": "tests.support.sideeffects:wait_for", "kwargs": {"path": str(gate)}},
                 "after": ["hello"],
             },
             "done": {"type": "template", "params": {"template": "done"}, "after": ["gate"]},

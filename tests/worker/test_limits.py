@@ -16,11 +16,11 @@ from dbos import DBOSClient
 from fireflow_worker.client import FireflowClient
 from fireflow_worker.engine import WORKFLOW_NAME
 from fireflow_worker.flows.validate import FlowValidationError
-from tests.worker import flows
-from tests.worker.proc import WorkerProcess
+from tests.support import flows
+from tests.support.proc import WorkerProcess
 
 StartWorker = Callable[..., WorkerProcess]
-CALL = "tests.worker.sideeffects:"
+CALL = "tests.support.sideeffects:"
 
 
 def _stored_bytes(url: str, run_id: str) -> int:

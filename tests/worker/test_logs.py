@@ -10,7 +10,7 @@ from collections.abc import Callable
 from typing import Any
 
 from fireflow_worker.client import FireflowClient
-from tests.worker.proc import WorkerProcess
+from tests.support.proc import WorkerProcess
 
 StartWorker = Callable[..., WorkerProcess]
 

@@ -12,8 +12,8 @@ import psycopg
 import pytest
 
 from fireflow_worker.client import FireflowClient
-from tests.worker import flows
-from tests.worker.proc import WorkerProcess, wait_for
+from tests.support import flows
+from tests.support.proc import WorkerProcess, wait_for
 
 StartWorker = Callable[..., WorkerProcess]
 
@@ -22,7 +22,10 @@ def _python_flow(name: str, function: str, **kwargs: Any) -> dict[str, Any]:
     return {
         "name": name,
         "nodes": {
-            "call": {"type": "python", "params": {"function": f"tests.worker.sideeffects:{function}", "kwargs": kwargs}}
+            "call": {
+                "type": "python",
+                "params": {"function": f"tests.support.sideeffects:{function}", "kwargs": kwargs},
+            }
         },
     }
 

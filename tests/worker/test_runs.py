@@ -16,8 +16,8 @@ import pytest
 
 from fireflow_worker.client import FireflowClient
 from fireflow_worker.flows.validate import FlowValidationError
-from tests.worker import flows
-from tests.worker.proc import WorkerProcess
+from tests.support import flows
+from tests.support.proc import WorkerProcess
 
 StartWorker = Callable[..., WorkerProcess]
 
@@ -78,7 +78,7 @@ def test_should_run_every_builtin_node_type_when_a_flow_uses_them_all(
             "nap": {"type": "sleep", "params": {"seconds": 0.2}},
             "sum": {
                 "type": "python",
-                "params": {"function": "tests.worker.sideeffects:add", "kwargs": {"a": "${inputs.n}", "b": 40}},
+                "params": {"function": "tests.support.sideeffects:add", "kwargs": {"a": "${inputs.n}", "b": 40}},
             },
             "flaky": {
                 "type": "fail",

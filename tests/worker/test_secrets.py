@@ -16,7 +16,7 @@ import psycopg
 import pytest
 
 from fireflow_contract.dburl import redact_url, url_problem
-from tests.worker.proc import REPO_ROOT, WORKER_BIN, WorkerProcess
+from tests.support.proc import REPO_ROOT, WORKER_BIN, WorkerProcess
 
 StartWorker = Callable[..., WorkerProcess]
 FIREFLOW_BIN = str(Path(sys.executable).with_name("fireflow"))

@@ -12,7 +12,7 @@ from pathlib import Path
 import psycopg
 
 from fireflow_worker import migrate
-from tests.worker.proc import WORKER_BIN, WorkerProcess
+from tests.support.proc import WORKER_BIN, WorkerProcess
 
 StartWorker = Callable[..., WorkerProcess]
 

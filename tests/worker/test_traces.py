@@ -7,8 +7,8 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from fireflow_worker.client import FireflowClient
-from tests.otlp import Collector, Span
-from tests.worker.proc import WorkerProcess
+from tests.support.otlp import Collector, Span
+from tests.support.proc import WorkerProcess
 from tests.worker.test_logs import three_nodes
 
 StartWorker = Callable[..., WorkerProcess]

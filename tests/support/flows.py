@@ -11,7 +11,7 @@ def sleep_flow(seconds: float, name: str = "sleepy") -> dict[str, Any]:
 
 def side_effect_flow(trace_file: str, sleep_seconds: float) -> dict[str, Any]:
     """first -> nap -> last: two recorded side effects around a durable sleep."""
-    record = "tests.worker.sideeffects:record"
+    record = "tests.support.sideeffects:record"
     return {
         "name": "side-effects",
         "nodes": {
@@ -33,7 +33,7 @@ def mixed_flow(trace_file: str, sleep_seconds: float, *, branches: bool = False)
     """Pure and effectful nodes in one flow: greet (template) -> first (python) -> shape (transform) -> nap
     (sleep) -> last (python, given the transform's value) -> out (template). With `branches`, a pure node
     `aside` besides them (no inputs but the run's), which makes the flow a graph, not a chain."""
-    record = "tests.worker.sideeffects:record"
+    record = "tests.support.sideeffects:record"
     nodes: dict[str, Any] = {
         "greet": {"type": "template", "params": {"template": "first for ${inputs.who}"}},
         "first": {
