@@ -286,7 +286,9 @@ def test_should_let_the_operator_write_only_what_it_builds(
 
     # Someone else's objects: neither changed, taken over nor deleted.
     theirs = _statefulset(pool, lambda b: None)
-    theirs["metadata"] = {"name": "theirs", "labels": {"app": "theirs"}}
+    # With the pool's label but not the operator's (as pool_only above): only the policy of managed objects
+    # refuses writing it, so the message is that policy's.
+    theirs["metadata"] = {"name": "theirs", "labels": {**pool_only, "app": "theirs"}}
     rawapi.call(AppsV1Api(kube_api).create_namespaced_stateful_set, ns, theirs)
     takeover = {"metadata": {"labels": statefulset["metadata"]["labels"]}}
     message = _refusal(lambda: apps.patch_namespaced_stateful_set("theirs", ns, takeover))
