@@ -60,8 +60,14 @@ def register_workflow(max_recovery_attempts: int) -> None:
     + 1 times - its worker died while running it each time - ends as MAX_RECOVERY_ATTEMPTS_EXCEEDED."""
     global _registered  # noqa: PLW0603 - DBOS's registry is process-wide too
     if not _registered:
-        DBOS.workflow(name=WORKFLOW_NAME, max_recovery_attempts=max_recovery_attempts)(run_flow)
+        DBOS.workflow(name=WORKFLOW_NAME, max_recovery_attempts=max_recovery_attempts)(_workflow_entry)
         _registered = True
+
+
+def _workflow_entry(request):  # type: ignore[no-untyped-def]
+    # Unannotated on purpose: DBOS evaluates a workflow's type hints on every run of portable JSON arguments
+    # (to coerce dates), and the run request has none to coerce.
+    return run_flow(request)
 
 
 def run_flow(request: dict[str, Any]) -> dict[str, Any]:
