@@ -64,12 +64,10 @@ def test_should_write_every_line_of_a_worker_as_json_with_its_runs_named(
     lines = json_lines(_finish(worker))
     assert any(line["logger"].startswith("dbos") for line in lines), "DBOS's own lines are in the log"
     assert all(line["executor"] == "logs-a" and line["namespace"] == "team-a" for line in lines)
-    for run_id in (ok, failed):
-        about = [line for line in lines if line.get("run_id") == run_id]
-        assert any(line["message"].startswith(f"run {run_id} started: flow three") for line in about), about
-        assert any(line["message"].startswith(f"run {run_id} ended after ") for line in about), about
+    # At info, as in the TypeScript FireFlow execution worker, a run writes no line of its own unless it failed.
+    assert not [line for line in lines if line.get("run_id") == ok and line["logger"] == "fireflow.worker"]
     ended = next(line for line in lines if line.get("run_id") == failed and "ended after" in line["message"])
-    assert "failed: node 'c' failed" in ended["message"]
+    assert "failed: node 'c' failed" in ended["message"] and ended["level"] == "info"
     messages = [line["message"] for line in lines]
     misleading = [m for m in messages if m.startswith("Listening to 0 queues") or "DBOS Conductor" in m]
     assert not misleading
@@ -79,7 +77,7 @@ def test_should_write_every_line_of_a_worker_as_json_with_its_runs_named(
 def test_should_write_every_line_of_a_supervisor_and_its_processes_as_json(
     start_worker: StartWorker, client: FireflowClient
 ) -> None:
-    worker = start_worker("logs-s", FIREFLOW_LOG_FORMAT="JSON", FIREFLOW_WORKER_PROCESSES="2")
+    worker = start_worker("logs-s", FIREFLOW_LOG_FORMAT="JSON", FIREFLOW_WORKER_PROCESSES="2", DBOS_LOG_LEVEL="debug")
     run_id = client.enqueue(three_nodes())
     assert client.wait(run_id, timeout_seconds=60).status == "SUCCESS"
     lines = json_lines(_finish(worker))
@@ -88,7 +86,10 @@ def test_should_write_every_line_of_a_supervisor_and_its_processes_as_json(
     assert any(name.startswith("dbos") for name in loggers)
     executors = {line.get("executor") for line in lines if line["logger"] != "fireflow.supervisor"}
     assert executors == {"logs-s", "logs-s-p1"}
-    assert any(line.get("run_id") == run_id and "ended after" in line["message"] for line in lines)
+    about = [line for line in lines if line.get("run_id") == run_id and line["logger"] == "fireflow.worker"]
+    assert any(line["message"].startswith(f"run {run_id} started: flow three") for line in about), about
+    assert any(line["message"].startswith(f"run {run_id} ended after ") for line in about), about
+    assert {line["level"] for line in about} == {"debug"}, about
 
 
 def test_should_write_dbos_lines_in_the_workers_text_format(start_worker: StartWorker) -> None:

@@ -89,7 +89,9 @@ def test_should_refuse_otlp_over_grpc_in_one_line(start_worker: StartWorker, otl
 def test_should_export_the_log_over_otlp_in_the_runs_span_with_otlp_logs(
     start_worker: StartWorker, client: FireflowClient, otlp_collector: Collector
 ) -> None:
-    worker = _traced_worker(start_worker, otlp_collector, OTEL_LOGS_EXPORTER="otlp", OTEL_BLRP_SCHEDULE_DELAY="100")
+    worker = _traced_worker(
+        start_worker, otlp_collector, OTEL_LOGS_EXPORTER="otlp", OTEL_BLRP_SCHEDULE_DELAY="100", DBOS_LOG_LEVEL="debug"
+    )  # a run's own lines are debug
     run_id = client.enqueue(three_nodes(), traceparent=f"00-{ENQUEUER_TRACE}-{ENQUEUER_SPAN}-01")
     assert client.wait(run_id, timeout_seconds=60).status == "SUCCESS"
     spans = otlp_collector.wait_for(4)
@@ -102,7 +104,7 @@ def test_should_export_the_log_over_otlp_in_the_runs_span_with_otlp_logs(
     assert len(started) == 1
     (line,) = started
     assert (line.trace_id, line.span_id) == (ENQUEUER_TRACE, run.span_id)
-    assert (line.service, line.logger, line.severity) == ("fireflow-worker-under-test", "fireflow.worker", "INFO")
+    assert (line.service, line.logger, line.severity) == ("fireflow-worker-under-test", "fireflow.worker", "DEBUG")
     assert line.attributes["fireflow.run.id"] == run_id
     assert line.attributes["fireflow.executor"] == "traced-a"
     assert line.attributes["fireflow.application_version"] == "7"
