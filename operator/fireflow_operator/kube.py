@@ -63,10 +63,6 @@ def api_error(err: ApiException) -> tuple[str, str]:
     return kind, str(body.get("message") or err.reason)[:1000]
 
 
-def label_selector(labels: dict[str, str]) -> str:
-    return ",".join(f"{key}={value}" for key, value in labels.items())
-
-
 class SecretReads:
     """The Secrets of one namespace that one reconcile needs, each read from the API server once."""
 
@@ -234,7 +230,7 @@ class Kube:
         """The operator's Jobs with these labels in `namespaces`, or cluster-wide when empty."""
         if self.children is not None:
             return self.children[JOBS].matching(labels, namespaces)
-        selector = label_selector({**labels, names.LABEL_MANAGED_BY: names.MANAGER})
+        selector = names.label_selector({**labels, names.LABEL_MANAGED_BY: names.MANAGER})
         if not namespaces:
             return list(self.batch.list_job_for_all_namespaces(label_selector=selector).items)
         jobs: list[Any] = []
@@ -246,7 +242,7 @@ class Kube:
         """The pods with these labels: the operator's own (its workers and Jobs') when the cache is on."""
         if self.children is not None:
             return self.children[PODS].of_pool(namespace, _pool_in(selector), selector)
-        return list(self.core.list_namespaced_pod(namespace, label_selector=label_selector(selector)).items)
+        return list(self.core.list_namespaced_pod(namespace, label_selector=names.label_selector(selector)).items)
 
     def failed_create_events(self, namespace: str) -> list[Any]:
         """The namespace's FailedCreate events: controllers that could not create a pod, and why."""
@@ -327,8 +323,7 @@ class Kube:
         )
 
     def list_pod_names(self, namespace: str, selector: dict[str, str]) -> set[str]:
-        label_selector = ",".join(f"{k}={v}" for k, v in selector.items())
-        pods = self.core.list_namespaced_pod(namespace, label_selector=label_selector).items
+        pods = self.core.list_namespaced_pod(namespace, label_selector=names.label_selector(selector)).items
         return {str(pod.metadata.name) for pod in pods if pod.metadata is not None}
 
     def job_pods(self, namespace: str, job_name: str) -> list[Any]:

@@ -79,7 +79,7 @@ class Reconciler:
             draft.event("Warning", conditions.REASON_SELECTED_TWICE, shards.overlap_message(other, mine))
         draft.new["reconciledBy"] = mine
         # Every version's pods until the current version is known (then that version's, for /scale).
-        draft.new["selector"] = ",".join(f"{k}={v}" for k, v in names.selector_labels(draft.name).items())
+        draft.new["selector"] = names.workers_selector(draft.name)
         self._reconcile(body, draft, facts_max_age)
         draft.transition_events()
         # Every field is declared (the API server would drop one that is not): a drift fails here, loudly.

@@ -59,6 +59,16 @@ def selector_labels(pool_name: str) -> dict[str, str]:
     return {LABEL_NAME: WORKER_APP, LABEL_INSTANCE: pool_name}
 
 
+def label_selector(labels: Mapping[str, str]) -> str:
+    """Labels as a label selector, `key=value,...` in the labels' order."""
+    return ",".join(f"{key}={value}" for key, value in labels.items())
+
+
+def workers_selector(pool_name: str) -> str:
+    """The label selector of the pool's workers, every version's."""
+    return label_selector(selector_labels(pool_name))
+
+
 def children_selector(pool_name: str) -> str:
     """The label selector of every object the operator made for the pool (StatefulSets, Jobs, ...)."""
     return f"{LABEL_POOL}={pool_name},{LABEL_MANAGED_BY}={MANAGER}"
@@ -89,7 +99,7 @@ def version_selector_labels(pool_name: str, version_index: int) -> dict[str, str
 
 def scale_selector(pool_name: str, version_index: int) -> str:
     """status.selector for /scale: the current version's pods only (autoscalers size the current version)."""
-    base = ",".join(f"{k}={v}" for k, v in selector_labels(pool_name).items())
+    base = workers_selector(pool_name)
     return f"{base},{LABEL_VERSION_INDEX}={version_index}" if version_index else f"{base},!{LABEL_VERSION_INDEX}"
 
 

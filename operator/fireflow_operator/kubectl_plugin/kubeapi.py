@@ -151,7 +151,7 @@ def fetch_pods_and_events(conn: Connection, pool: Obj) -> tuple[list[Obj], list[
     core = client.CoreV1Api(conn.api)
     meta = pool["metadata"]
     ns = meta["namespace"]
-    selector = ",".join(f"{k}={v}" for k, v in names.selector_labels(meta["name"]).items())
+    selector = names.workers_selector(meta["name"])
     list_pods = partial(core.list_namespaced_pod, ns, label_selector=selector, _request_timeout=TIMEOUT)
     pods = call(conn, "list the pool's pods", list_pods)
     fields = f"involvedObject.kind={KIND},involvedObject.name={meta['name']},involvedObject.uid={meta['uid']}"
