@@ -30,7 +30,7 @@ from tests.kube.cluster import Cluster
 from tests.kube.tools import REPO_ROOT
 from tests.support.flows import sleep_flow
 from tests.support.pools import OperatorProcess, create_pool, create_secret, wait_for_condition
-from tests.support.proc import WorkerProcess
+from tests.support.proc import WorkerProcess, wait_for
 from tests.worker.test_logs import three_nodes
 
 RULES_FILE = CHART_DIR / "files" / "prometheus-rules.yaml"
@@ -184,6 +184,14 @@ class Prometheus:
         self.process.wait(timeout=30)
 
 
+def _executing(worker: WorkerProcess) -> float:
+    """The worker's `fireflow_active_runs` gauge, from its metrics endpoint."""
+    for line in worker.get("/metrics")[1].splitlines():
+        if line.startswith("fireflow_active_runs "):
+            return float(line.split()[-1])
+    return 0.0
+
+
 @pytest.fixture
 def workdir() -> Iterator[Path]:
     with tempfile.TemporaryDirectory(prefix="fireflow-prometheus-") as path:
@@ -225,8 +233,9 @@ def test_should_answer_every_dashboard_query_from_a_real_prometheus_scraping_a_w
                 assert client.wait(client.enqueue(three_nodes()), timeout_seconds=60).status == "SUCCESS"
             assert client.wait(client.enqueue(three_nodes(fail_last=True)), timeout_seconds=60).status == "ERROR"
             napping = client.enqueue(sleep_flow(600))
-            while client.status(napping).status != "PENDING":
-                time.sleep(0.2)
+            # Cancelled once it executes here: a run cancelled between its claim and its start never starts,
+            # so the worker never counts it.
+            wait_for(lambda: _executing(worker) == 1, what="the sleeping run to execute")
             client.cancel(napping)
             missing = prometheus.wait_for_data(dashboard_queries())
             assert not missing, f"dashboard queries without data: {json.dumps(missing, indent=1)}"
