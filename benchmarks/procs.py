@@ -18,7 +18,7 @@ from pathlib import Path
 from benchmarks.cpu import tree_pids
 from benchmarks.workload import APPLICATION_NAME, EFFECTS_MODULE, TS_DIR, WORKER_CONCURRENCY, Kind
 from fireflow_contract.dburl import redact_url
-from fireflow_local.postgres import free_port
+from fireflow_local.ports import free_port
 
 BIN = Path(sys.executable).parent
 REPO_ROOT = Path(__file__).resolve().parents[1]

@@ -47,7 +47,8 @@ from demo import run_example_flows  # noqa: E402 - examples/demo.py: the same fl
 from kubernetes.client import AppsV1Api, CoreV1Api, CustomObjectsApi  # noqa: E402
 from kubernetes.client.exceptions import ApiException  # noqa: E402
 
-from fireflow_local.postgres import ServerCannotStartError, free_port  # noqa: E402
+from fireflow_local.ports import free_port  # noqa: E402
+from fireflow_local.postgres import ServerCannotStartError  # noqa: E402
 from fireflow_operator.api.model import GROUP, PLURAL, VERSION  # noqa: E402
 from fireflow_worker.client import FireflowClient  # noqa: E402
 from tests.e2e.databases import Database  # noqa: E402

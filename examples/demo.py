@@ -22,7 +22,8 @@ from pathlib import Path
 from types import FrameType
 from typing import Any
 
-from fireflow_local.postgres import LocalPostgres, ServerCannotStartError, free_port
+from fireflow_local.ports import free_port
+from fireflow_local.postgres import LocalPostgres, ServerCannotStartError
 from fireflow_worker.client import FireflowClient, RunStatus
 from fireflow_worker.flows.validate import read_flow_file
 

@@ -14,7 +14,8 @@ from collections.abc import Iterator
 
 import pytest
 
-from fireflow_local.postgres import LocalPostgres, free_port
+from fireflow_local.ports import free_port
+from fireflow_local.postgres import LocalPostgres
 from fireflow_worker import migrate
 from fireflow_worker.client import FireflowClient
 from tests.kube.engine import ProjectImages, docker

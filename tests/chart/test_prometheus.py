@@ -23,7 +23,7 @@ import pytest
 import yaml
 from kubernetes.client import ApiClient
 
-from fireflow_local.postgres import free_port
+from fireflow_local.ports import free_port
 from fireflow_worker.client import FireflowClient
 from tests.chart.chart import CHART_DIR, render
 from tests.kube.cluster import Cluster

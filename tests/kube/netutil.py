@@ -2,22 +2,16 @@
 
 from __future__ import annotations
 
-import socket
 import ssl
 import time
 import urllib.error
 import urllib.request
 from collections.abc import Callable
 
+from fireflow_local.ports import free_port
+
 LOOPBACK = "127.0.0.1"
-
-
-def free_port() -> int:
-    """A port that was free a moment ago on 127.0.0.1 (the kernel hands out a fresh one each time)."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind((LOOPBACK, 0))
-        port: int = sock.getsockname()[1]
-        return port
+__all__ = ["LOOPBACK", "free_port", "http_ok", "wait_until"]
 
 
 def http_ok(url: str, context: ssl.SSLContext | None = None, timeout: float = 2.0) -> bool:

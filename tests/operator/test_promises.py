@@ -20,6 +20,7 @@ from kubernetes.client import ApiClient, AppsV1Api, BatchV1Api, CoreV1Api, Custo
 from kubernetes.client.exceptions import ApiException
 from prometheus_client.parser import text_string_to_metric_families
 
+from fireflow_local.ports import free_port
 from fireflow_local.postgres import LocalPostgres
 from fireflow_operator.api.model import GROUP, PLURAL, VERSION
 from fireflow_worker import migrate
@@ -88,7 +89,7 @@ def test_should_probe_and_migrate_a_database_left_at_an_old_dbos_schema(
 def test_should_tell_an_unreachable_database_from_a_failed_query(
     kube_api: ApiClient, kube_namespace: str, operator: OperatorProcess, small_postgres: LocalPostgres
 ) -> None:
-    closed = f"postgresql://app:app-secret-pw@127.0.0.1:{small_postgres.port + 1}/nowhere"
+    closed = f"postgresql://app:app-secret-pw@127.0.0.1:{free_port()}/nowhere"  # handed out, never bound
     create_secret(kube_api, kube_namespace, closed, name="closed")
     create_pool(kube_api, kube_namespace, "closed", database={"secretRef": {"name": "closed"}})
     url = _app_role(small_postgres, "locked", owner=False)

@@ -17,7 +17,7 @@ from typing import Any
 
 import pytest
 
-from fireflow_local.postgres import free_port
+from fireflow_local.ports import free_port
 from tests.kube.tools import otelcol_path
 
 CONFIG = """

@@ -18,7 +18,7 @@ import psycopg
 from kubernetes.client import ApiClient, CoreV1Api, CustomObjectsApi
 from kubernetes.client.exceptions import ApiException
 
-from fireflow_local.postgres import free_port
+from fireflow_local.ports import free_port
 from fireflow_operator.api.model import GROUP, KIND, PLURAL, VERSION
 from tests.kube.cluster import Cluster
 

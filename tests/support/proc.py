@@ -13,7 +13,7 @@ import urllib.request
 from collections.abc import Callable
 from pathlib import Path
 
-from fireflow_local.postgres import free_port
+from fireflow_local.ports import free_port
 
 WORKER_BIN = str(Path(sys.executable).with_name("fireflow-worker"))
 # The repository root, so workers can import the test-only callables of the `python` node.

@@ -9,7 +9,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from fireflow_local.postgres import free_port
+from fireflow_local.ports import free_port
 from fireflow_operator.settings import OperatorSettings, unknown_variable_warnings
 
 OPERATOR_BIN = str(Path(sys.executable).with_name("fireflow-operator"))

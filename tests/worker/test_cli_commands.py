@@ -17,7 +17,7 @@ from typing import IO
 
 import pytest
 
-from fireflow_local.postgres import free_port
+from fireflow_local.ports import free_port
 from tests.support.proc import REPO_ROOT, WORKER_BIN, WorkerProcess
 
 FIREFLOW_BIN = str(Path(sys.executable).with_name("fireflow"))

@@ -14,7 +14,8 @@ from pathlib import Path
 
 import pytest
 
-from fireflow_local.postgres import LocalPostgres, free_port
+from fireflow_local.ports import free_port
+from fireflow_local.postgres import LocalPostgres
 from tests.support.proc import REPO_ROOT, WORKER_BIN, WorkerProcess
 
 FIREFLOW_BIN = str(Path(sys.executable).with_name("fireflow"))

