@@ -33,6 +33,7 @@ import logging
 import os
 import time
 from collections.abc import Iterator, Mapping, Sequence
+from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -261,12 +262,18 @@ def current_run() -> RunTrace:
     return _current_run.get()
 
 
-@contextlib.contextmanager
-def run_span(request: Any, attributes: dict[str, str]) -> Iterator[RunTrace]:
+# Without tracing, a run and its nodes enter these (reusable: a null context keeps no state).
+_NO_RUN_SPAN = contextlib.nullcontext(NO_TRACE)
+_NO_NODE_SPAN: contextlib.nullcontext[Span | None] = contextlib.nullcontext(None)
+
+
+def run_span(request: Any, attributes: dict[str, str]) -> AbstractContextManager[RunTrace]:
     """The span of one run, current inside the block; an exception leaving it marks it failed."""
-    if not enabled():
-        yield NO_TRACE
-        return
+    return _run_span(request, attributes) if enabled() else _NO_RUN_SPAN
+
+
+@contextlib.contextmanager
+def _run_span(request: Any, attributes: dict[str, str]) -> Iterator[RunTrace]:
     every = {**_PROCESS_ATTRIBUTES, **attributes}
     with _tracer().start_as_current_span(
         f"run {attributes.get('fireflow.flow', '')}".strip(),
@@ -282,12 +289,15 @@ def run_span(request: Any, attributes: dict[str, str]) -> Iterator[RunTrace]:
             _current_run.reset(token)
 
 
-@contextlib.contextmanager
-def node_span(run: RunTrace, node_id: str, node_type: str, attempt: int) -> Iterator[Span | None]:
+def node_span(run: RunTrace, node_id: str, node_type: str, attempt: int) -> AbstractContextManager[Span | None]:
     """The span of one attempt of a node, a child of its run's span."""
     if not enabled() or run.context is None:
-        yield None
-        return
+        return _NO_NODE_SPAN
+    return _node_span(run, node_id, node_type, attempt)
+
+
+@contextlib.contextmanager
+def _node_span(run: RunTrace, node_id: str, node_type: str, attempt: int) -> Iterator[Span | None]:
     attributes: dict[str, str | int] = {
         **run.attributes,
         "fireflow.node.id": node_id,

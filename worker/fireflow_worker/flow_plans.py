@@ -13,12 +13,13 @@ from __future__ import annotations
 import json
 import threading
 from collections import OrderedDict
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
-from fireflow_worker.flows.graph import dependencies, output_nodes, topological_layers
+from fireflow_worker.flows.graph import compile_params, dependencies, output_nodes, topological_layers
 from fireflow_worker.flows.model import Flow, RetryPolicy
 from fireflow_worker.flows.nodetype import retry_policy
+from fireflow_worker.flows.refs import Template
 from fireflow_worker.flows.registry import default_registry
 from fireflow_worker.flows.validate import load_flow
 
@@ -38,6 +39,8 @@ class FlowPlan:
     is_chain: bool
     # The nodes of pure types (see NodeType.pure): computed in the workflow, not checkpointed.
     pure: frozenset[str] = frozenset()
+    # Each node's params, compiled once (see graph.compile_params).
+    params: dict[str, Template] = field(default_factory=dict)
 
 
 def build_plan(definition: Any) -> FlowPlan:
@@ -54,6 +57,7 @@ def build_plan(definition: Any) -> FlowPlan:
         outputs=tuple(output_nodes(flow)),
         is_chain=all(len(layer) == 1 for layer in layers),
         pure=frozenset(node_id for node_id, spec in flow.nodes.items() if registry.get(spec.type).pure),
+        params={node_id: compile_params(spec.params) for node_id, spec in flow.nodes.items()},
     )
 
 

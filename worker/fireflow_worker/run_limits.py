@@ -29,11 +29,17 @@ class RunLimits:
     max_parallel_nodes: int = 8
 
 
-def checked_output_size(output: Any, limits: RunLimits) -> int:
-    """The stored size of a node's output; a NodeError (not retried) when it is too big or too deep."""
-    if too_deep := nesting_problem(output, where="the output"):
+# The least JSON text of a value nested deeper than the limit: an opening and a closing bracket a level.
+_SHORTEST_TOO_DEEP = 2 * (MAX_NESTING_DEPTH + 1)
+
+
+def checked_output_size(output: Any, limits: RunLimits, size: int | None = None) -> int:
+    """The stored size of a node's output (`size` when already measured); a NodeError (not retried) when it
+    is too big or too deep."""
+    if size is None:
+        size = json_bytes(output)
+    if size >= _SHORTEST_TOO_DEEP and (too_deep := nesting_problem(output, where="the output")):
         raise NodeError(f"{too_deep} (the limit is {MAX_NESTING_DEPTH})", retryable=False)
-    size = json_bytes(output)
     if size > limits.max_node_output_bytes:
         raise NodeError(
             f"the output is {format_bytes(size)}, more than the {format_bytes(limits.max_node_output_bytes)} "

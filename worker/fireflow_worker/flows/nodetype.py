@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
@@ -10,6 +9,7 @@ from typing import Any, ClassVar, Generic, TypeVar
 
 from pydantic import BaseModel, ValidationError
 
+from fireflow_worker.flows.limits import MAX_NESTING_DEPTH, json_bytes, nesting_problem
 from fireflow_worker.flows.model import NodeSpec, RetryPolicy
 
 
@@ -97,12 +97,20 @@ def run_node(node_type: AnyNodeType, params: BaseModel, ctx: NodeContext) -> Any
     Exceptions other than NodeError pass through unchanged: in a durable node they may be the engine's
     own control flow (a cancelled workflow), which must not be turned into a node failure here.
     """
+    return run_node_sized(node_type, params, ctx)[0]
+
+
+def run_node_sized(node_type: AnyNodeType, params: BaseModel, ctx: NodeContext) -> tuple[Any, int]:
+    """run_node, and the output's size as stored (its compact JSON in UTF-8), from the one encoding that
+    checks it."""
     output = node_type().run(params, ctx)
     try:
-        json.dumps(output, allow_nan=False)
+        return output, json_bytes(output)
+    except RecursionError:
+        problem = nesting_problem(output, where="the output") or "the output is nested too deeply"
+        raise NodeError(f"{problem} (the limit is {MAX_NESTING_DEPTH})", retryable=False) from None
     except (TypeError, ValueError) as exc:
         raise NodeError(f"output of node type {node_type.name!r} is not JSON: {exc}", retryable=False) from exc
-    return output
 
 
 def retry_policy(node_type: AnyNodeType, node: NodeSpec) -> RetryPolicy:

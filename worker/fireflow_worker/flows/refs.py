@@ -122,18 +122,47 @@ def has_reference(text: str) -> bool:
     return any(not isinstance(part, str) for part in _split(text))
 
 
-def substitute(value: Any, lookup: Callable[[Reference], Any]) -> Any:
+Lookup = Callable[[Reference], Any]
+# A JSON value with references, compiled: called with a lookup, it builds a fresh copy with them replaced.
+Template = Callable[[Lookup], Any]
+
+
+def substitute(value: Any, lookup: Lookup) -> Any:
     """A copy of a JSON value with every reference replaced by `lookup(reference)`."""
+    return compile_template(value)(lookup)
+
+
+def compile_template(value: Any) -> Template:
+    """`value` as a Template: its strings parsed once, so that a node's params cost each run only the copy
+    and the lookups. A malformed reference raises its ReferenceSyntaxError when the template is used."""
     if isinstance(value, str):
-        parts = parse(value)
-        if len(parts) == 1 and isinstance(parts[0], Reference):
-            return lookup(parts[0])
-        return "".join(part if isinstance(part, str) else as_text(lookup(part)) for part in parts)
+        return _string_template(value)
     if isinstance(value, dict):
-        return {key: substitute(item, lookup) for key, item in value.items()}
+        items = [(key, compile_template(item)) for key, item in value.items()]
+        return lambda lookup: {key: item(lookup) for key, item in items}
     if isinstance(value, list):
-        return [substitute(item, lookup) for item in value]
-    return value
+        elements = [compile_template(item) for item in value]
+        return lambda lookup: [element(lookup) for element in elements]
+    return lambda _lookup: value  # a number, a boolean or null: nothing to copy
+
+
+def _string_template(text: str) -> Template:
+    try:
+        parts = parse(text)
+    except ReferenceSyntaxError as err:
+        problem = str(err)
+
+        def malformed(_lookup: Lookup) -> Any:
+            raise ReferenceSyntaxError(problem)
+
+        return malformed
+    if len(parts) == 1 and isinstance(parts[0], Reference):
+        whole = parts[0]
+        return lambda lookup: lookup(whole)
+    if all(isinstance(part, str) for part in parts):
+        literal = "".join(part for part in parts if isinstance(part, str))
+        return lambda _lookup: literal
+    return lambda lookup: "".join(part if isinstance(part, str) else as_text(lookup(part)) for part in parts)
 
 
 def as_text(value: Any) -> str:
