@@ -6,7 +6,7 @@ from typing import Any
 
 import pytest
 
-from fireflow_worker.flows.graph import resolve_params
+from fireflow_worker.flows.graph import compile_params, resolve_params
 from fireflow_worker.flows.nodetype import NodeError
 from fireflow_worker.flows.refs import Reference, ReferenceSyntaxError, has_reference, lookup_path, parse, scan
 
@@ -136,6 +136,22 @@ def test_should_not_modify_the_params_it_resolves() -> None:
     params = {"a": ["${inputs.n}"]}
     resolve_params(params, INPUTS, OUTPUTS)
     assert params == {"a": ["${inputs.n}"]}
+
+
+def test_should_build_a_fresh_copy_each_time_from_params_compiled_once() -> None:
+    compiled = compile_params({"list": [1, {"deep": "x"}], "who": "${inputs.who}", "bad": "${broken"})
+    good = compile_params({"list": [1, {"deep": "x"}], "who": "Hi ${inputs.who}", "body": "${nodes.fetch.body}"})
+    first = resolve_params(good, INPUTS, OUTPUTS)
+    first["list"][1]["deep"] = "changed"
+    first["body"]["items"].clear()
+    assert resolve_params(good, INPUTS, OUTPUTS) == {
+        "list": [1, {"deep": "x"}],
+        "who": "Hi Ada",
+        "body": {"items": [{"id": 7}, {"id": 8}]},
+    }
+    for _ in range(2):  # a malformed reference fails every run that resolves it, with its own message
+        with pytest.raises(NodeError, match="has no closing"):
+            resolve_params(compiled, INPUTS, OUTPUTS)
 
 
 def test_should_give_copies_so_a_node_cannot_change_another_node_output() -> None:

@@ -12,7 +12,9 @@ import pytest
 
 from fireflow_worker.cancellation import CancelWatcher
 from fireflow_worker.flows.graph import resolve_params
-from fireflow_worker.flows.nodetype import NodeError
+from fireflow_worker.flows.limits import json_bytes
+from fireflow_worker.flows.nodetype import NodeContext, NodeError, parse_params, run_node_sized
+from fireflow_worker.flows.registry import default_registry
 from fireflow_worker.run_limits import OutputBudget, RunLimits, checked_output_size
 
 
@@ -27,6 +29,21 @@ def test_should_measure_an_output_and_refuse_one_too_big_or_too_deep() -> None:
         deep = [deep]
     with pytest.raises(NodeError, match="the output is nested more than 64 levels deep"):
         checked_output_size(deep, limits)
+    # At the limit and measured beforehand (as a node's attempt measures it): accepted.
+    at_limit: Any = 1
+    for _ in range(64):
+        at_limit = [at_limit]
+    assert checked_output_size(at_limit, limits, json_bytes(at_limit)) == 129
+
+
+def test_should_say_an_output_nested_past_the_encoder_is_too_deep_not_a_recursion_error() -> None:
+    deep: Any = "bottom"
+    for _ in range(20_000):
+        deep = {"down": deep}
+    transform = default_registry().get("transform")
+    params = parse_params(transform, {"value": deep})
+    with pytest.raises(NodeError, match=r"the output is nested more than 64 levels deep \(the limit is 64\)"):
+        run_node_sized(transform, params, NodeContext(run_id="r", node_id="n", sleeper=lambda _seconds: None))
 
 
 def test_should_let_concurrent_nodes_take_no_more_than_the_run_total() -> None:
