@@ -127,14 +127,10 @@ Lookup = Callable[[Reference], Any]
 Template = Callable[[Lookup], Any]
 
 
-def substitute(value: Any, lookup: Lookup) -> Any:
-    """A copy of a JSON value with every reference replaced by `lookup(reference)`."""
-    return compile_template(value)(lookup)
-
-
 def compile_template(value: Any) -> Template:
-    """`value` as a Template: its strings parsed once, so that a node's params cost each run only the copy
-    and the lookups. A malformed reference raises its ReferenceSyntaxError when the template is used."""
+    """`value` as a Template, which builds a copy of it with every reference replaced by `lookup(reference)`;
+    its strings are parsed once, so that a node's params cost each run only the copy and the lookups. A
+    malformed reference raises its ReferenceSyntaxError when the template is used."""
     if isinstance(value, str):
         return _string_template(value)
     if isinstance(value, dict):
