@@ -184,14 +184,6 @@ class Prometheus:
         self.process.wait(timeout=30)
 
 
-def _executing(worker: WorkerProcess) -> float:
-    """The worker's `fireflow_active_runs` gauge, from its metrics endpoint."""
-    for line in worker.get("/metrics")[1].splitlines():
-        if line.startswith("fireflow_active_runs "):
-            return float(line.split()[-1])
-    return 0.0
-
-
 @pytest.fixture
 def workdir() -> Iterator[Path]:
     with tempfile.TemporaryDirectory(prefix="fireflow-prometheus-") as path:
@@ -235,7 +227,7 @@ def test_should_answer_every_dashboard_query_from_a_real_prometheus_scraping_a_w
             napping = client.enqueue(sleep_flow(600))
             # Cancelled once it executes here: a run cancelled between its claim and its start never starts,
             # so the worker never counts it.
-            wait_for(lambda: _executing(worker) == 1, what="the sleeping run to execute")
+            wait_for(lambda: worker.metric("fireflow_active_runs") == 1, what="the sleeping run to execute")
             client.cancel(napping)
             missing = prometheus.wait_for_data(dashboard_queries())
             assert not missing, f"dashboard queries without data: {json.dumps(missing, indent=1)}"

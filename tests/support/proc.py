@@ -61,6 +61,13 @@ class WorkerProcess:
         except urllib.error.HTTPError as err:
             return int(err.code), err.read().decode()
 
+    def metric(self, name: str, labels: str = "") -> float:
+        """One sample of the worker's metrics endpoint (`labels` as exposed, e.g. `{queue="..."}`); 0 if absent."""
+        for line in self.get("/metrics")[1].splitlines():
+            if line.startswith(f"{name}{labels} "):
+                return float(line.split()[-1])
+        return 0.0
+
     def wait_ready(self, timeout: float = 60) -> WorkerProcess:
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:

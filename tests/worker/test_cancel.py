@@ -48,13 +48,6 @@ def _started(client: FireflowClient, run_id: str, node: str) -> bool:
     return any(e.get("event") == "node.started" and e.get("node") == node for e in seen)
 
 
-def _metric(worker: WorkerProcess, name: str, labels: str) -> float:
-    for line in worker.get("/metrics")[1].splitlines():
-        if line.startswith(f"{name}{labels} "):
-            return float(line.split()[-1])
-    return 0.0
-
-
 def _fireflow(url: str, *args: str) -> subprocess.CompletedProcess[str]:
     env = {**os.environ, "DATABASE_URL_EXECUTIONS": url}
     return subprocess.run([FIREFLOW_BIN, *args], env=env, capture_output=True, text=True, timeout=120, check=False)
@@ -77,9 +70,9 @@ def test_should_end_a_sleeping_run_at_once_and_free_its_slot(
     # Following a cancelled run ends, after the events it had.
     assert [e["event"] for e in client.events(asleep)] == ["run.started", "node.started"]
     queue = '{queue="fireflow-executions"}'
-    wait_for(lambda: _metric(worker, "fireflow_runs_cancelled_total", queue) == 1, what="the cancelled counter")
-    assert _metric(worker, "fireflow_runs_failed_total", queue) == 0
-    assert _metric(worker, "fireflow_active_runs", "") == 0
+    wait_for(lambda: worker.metric("fireflow_runs_cancelled_total", queue) == 1, what="the cancelled counter")
+    assert worker.metric("fireflow_runs_failed_total", queue) == 0
+    assert worker.metric("fireflow_active_runs", "") == 0
     # Cancelling again is a no-op; a finished or unknown run cannot be cancelled.
     assert _fireflow(migrated_url, "cancel", asleep).returncode == 0
     refused = _fireflow(migrated_url, "cancel", after)

@@ -169,14 +169,6 @@ def test_should_notify_ff_workflow_terminal_when_runs_succeed_and_fail(
     assert received == {ok: "SUCCESS", bad: "ERROR"}
 
 
-def _metric(worker: WorkerProcess, name: str, labels: str = "") -> float:
-    text = worker.get("/metrics")[1]
-    for line in text.splitlines():
-        if line.startswith(f"{name}{labels} ") or (not labels and line.startswith(f"{name} ")):
-            return float(line.split()[-1])
-    return 0.0
-
-
 def test_should_count_in_metrics_what_actually_ran(client: FireflowClient, start_worker: StartWorker) -> None:
     worker = start_worker()
     assert worker.get("/healthz") == (200, "ok\n")
@@ -187,25 +179,25 @@ def test_should_count_in_metrics_what_actually_ran(client: FireflowClient, start
     with pytest.raises(Exception, match="no luck"):
         client.result(bad)
     queue = '{queue="fireflow-executions"}'
-    assert _metric(worker, "fireflow_runs_started_total", queue) == 4
-    assert _metric(worker, "fireflow_runs_succeeded_total", queue) == 3
-    assert _metric(worker, "fireflow_runs_failed_total", queue) == 1
-    assert _metric(worker, "fireflow_node_duration_seconds_count", '{outcome="succeeded",type="template"}') == 3
-    assert _metric(worker, "fireflow_run_duration_seconds_count", '{flow="greet"}') == 3
-    assert _metric(worker, "fireflow_run_duration_seconds_count", '{flow="doomed"}') == 1
-    assert _metric(worker, "fireflow_active_runs") == 0
-    assert _metric(worker, "fireflow_worker_ready") == 1
+    assert worker.metric("fireflow_runs_started_total", queue) == 4
+    assert worker.metric("fireflow_runs_succeeded_total", queue) == 3
+    assert worker.metric("fireflow_runs_failed_total", queue) == 1
+    assert worker.metric("fireflow_node_duration_seconds_count", '{outcome="succeeded",type="template"}') == 3
+    assert worker.metric("fireflow_run_duration_seconds_count", '{flow="greet"}') == 3
+    assert worker.metric("fireflow_run_duration_seconds_count", '{flow="doomed"}') == 1
+    assert worker.metric("fireflow_active_runs") == 0
+    assert worker.metric("fireflow_worker_ready") == 1
     # The sampler reads queue depths and claim latencies every few seconds (off the runs' hot path); an idle
     # queue reads zero once sampled.
     deadline = time.monotonic() + 30
     while 'fireflow_queue_depth{queue="fireflow-executions",status="ENQUEUED"}' not in worker.get("/metrics")[1]:
         assert time.monotonic() < deadline, "queue depth never sampled"
         time.sleep(0.2)
-    while _metric(worker, "fireflow_claim_latency_seconds_count", queue) < 4:
+    while worker.metric("fireflow_claim_latency_seconds_count", queue) < 4:
         assert time.monotonic() < deadline, "claim latencies never sampled"
         time.sleep(0.2)
-    assert _metric(worker, "fireflow_claim_latency_seconds_count", queue) == 4
-    assert _metric(worker, "fireflow_queue_depth", '{queue="fireflow-executions",status="ENQUEUED"}') == 0
+    assert worker.metric("fireflow_claim_latency_seconds_count", queue) == 4
+    assert worker.metric("fireflow_queue_depth", '{queue="fireflow-executions",status="ENQUEUED"}') == 0
 
 
 def test_should_hit_the_provision_cache_inside_the_ttl_and_miss_after_it(
@@ -220,10 +212,10 @@ def test_should_hit_the_provision_cache_inside_the_ttl_and_miss_after_it(
     assert client.result(client.enqueue(flow_ref="stored")) == {"say": "v1"}  # miss: loaded
     client.save_flow("stored", stored("v2"))
     assert client.result(client.enqueue(flow_ref="stored")) == {"say": "v1"}  # hit: still the cached v1
-    assert _metric(worker, "fireflow_provision_cache_lookups_total", '{result="hit"}') == 1
+    assert worker.metric("fireflow_provision_cache_lookups_total", '{result="hit"}') == 1
     time.sleep(3.2)  # let the entry expire (the TTL is the behaviour under test)
     assert client.result(client.enqueue(flow_ref="stored")) == {"say": "v2"}  # miss: reloaded
-    assert _metric(worker, "fireflow_provision_cache_lookups_total", '{result="miss"}') == 2
+    assert worker.metric("fireflow_provision_cache_lookups_total", '{result="miss"}') == 2
 
 
 def test_should_load_every_stored_flow_when_the_cache_is_off(client: FireflowClient, start_worker: StartWorker) -> None:
@@ -232,7 +224,7 @@ def test_should_load_every_stored_flow_when_the_cache_is_off(client: FireflowCli
     client.result(client.enqueue(flow_ref="stored"))
     client.save_flow("stored", {"name": "stored", "nodes": {"say": {"type": "template", "params": {"template": "b"}}}})
     assert client.result(client.enqueue(flow_ref="stored")) == {"say": "b"}
-    assert _metric(worker, "fireflow_provision_cache_lookups_total", '{result="hit"}') == 0
+    assert worker.metric("fireflow_provision_cache_lookups_total", '{result="hit"}') == 0
 
 
 def test_should_serve_only_the_configured_queues(
