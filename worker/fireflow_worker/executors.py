@@ -73,7 +73,7 @@ def _node_call(
     limits = SETTINGS.limits
     spec = plan.flow.nodes[node_id]
     retry = plan.retries[node_id]
-    params = resolve_params(plan.params.get(node_id, spec.params), inputs, outputs, limits.max_node_output_bytes)
+    params = resolve_params(plan.params[node_id], inputs, outputs, limits.max_node_output_bytes)
     call = NodeCall(
         run_id, node_id, spec.type, params, limits, budget, SETTINGS.is_cancelled, live, telemetry.current_run()
     )

@@ -13,7 +13,7 @@ from __future__ import annotations
 import json
 import threading
 from collections import OrderedDict
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 from fireflow_worker.flows.graph import compile_params, dependencies, output_nodes, topological_layers
@@ -37,10 +37,10 @@ class FlowPlan:
     outputs: tuple[str, ...]
     # Each node depends on the one before it: no two nodes could ever run at once.
     is_chain: bool
+    # Each node's params, compiled once (see graph.compile_params).
+    params: dict[str, Template]
     # The nodes of pure types (see NodeType.pure): computed in the workflow, not checkpointed.
     pure: frozenset[str] = frozenset()
-    # Each node's params, compiled once (see graph.compile_params).
-    params: dict[str, Template] = field(default_factory=dict)
 
 
 def build_plan(definition: Any) -> FlowPlan:
