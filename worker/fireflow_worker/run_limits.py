@@ -12,8 +12,8 @@ import threading
 from dataclasses import dataclass
 from typing import Any
 
-from fireflow_worker.flows.limits import MAX_NESTING_DEPTH, format_bytes, json_bytes, nesting_problem
-from fireflow_worker.flows.nodetype import NodeError
+from fireflow_worker.flows.limits import MAX_NESTING_DEPTH, format_bytes, json_bytes
+from fireflow_worker.flows.nodetype import NodeError, output_nesting_error
 
 NODE_OUTPUT_ENV = "FIREFLOW_MAX_NODE_OUTPUT_BYTES"
 RUN_OUTPUT_ENV = "FIREFLOW_MAX_RUN_OUTPUT_BYTES"
@@ -36,10 +36,11 @@ _SHORTEST_TOO_DEEP = 2 * (MAX_NESTING_DEPTH + 1)
 def checked_output_size(output: Any, limits: RunLimits, size: int | None = None) -> int:
     """The stored size of a node's output (`size` when already measured); a NodeError (not retried) when it
     is too big or too deep."""
+    # Unmeasured, the nesting is checked first: the encoder cannot measure what nests past its recursion.
+    if (size is None or size >= _SHORTEST_TOO_DEEP) and (too_deep := output_nesting_error(output)):
+        raise too_deep
     if size is None:
         size = json_bytes(output)
-    if size >= _SHORTEST_TOO_DEEP and (too_deep := nesting_problem(output, where="the output")):
-        raise NodeError(f"{too_deep} (the limit is {MAX_NESTING_DEPTH})", retryable=False)
     if size > limits.max_node_output_bytes:
         raise NodeError(
             f"the output is {format_bytes(size)}, more than the {format_bytes(limits.max_node_output_bytes)} "

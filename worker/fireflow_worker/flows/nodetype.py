@@ -106,11 +106,16 @@ def run_node_sized(node_type: AnyNodeType, params: BaseModel, ctx: NodeContext) 
     output = node_type().run(params, ctx)
     try:
         return output, json_bytes(output)
-    except RecursionError:
-        problem = nesting_problem(output, where="the output") or "the output is nested too deeply"
-        raise NodeError(f"{problem} (the limit is {MAX_NESTING_DEPTH})", retryable=False) from None
+    except RecursionError:  # nested deeper than the encoder goes, so far deeper than the limit
+        raise output_nesting_error(output) or NodeError("the output is nested too deeply", retryable=False) from None
     except (TypeError, ValueError) as exc:
         raise NodeError(f"output of node type {node_type.name!r} is not JSON: {exc}", retryable=False) from exc
+
+
+def output_nesting_error(output: Any) -> NodeError | None:
+    """The failure (not retried) of a node whose output nests deeper than MAX_NESTING_DEPTH, or None."""
+    problem = nesting_problem(output, where="the output")
+    return None if problem is None else NodeError(f"{problem} (the limit is {MAX_NESTING_DEPTH})", retryable=False)
 
 
 def retry_policy(node_type: AnyNodeType, node: NodeSpec) -> RetryPolicy:
