@@ -32,7 +32,7 @@ KINDS: dict[str, tuple[str, str, str]] = {
 }
 KIND_OF = {"StatefulSet": STATEFULSETS, "Job": JOBS, "Pod": PODS, "PodDisruptionBudget": PDBS, "Service": SERVICES}
 # Every child carries it (children.builders); kopf's watches ask the API server for these objects only.
-OWNED_SELECTOR = f"{names.LABEL_MANAGED_BY}={names.MANAGER}"
+OWNED_SELECTOR = names.label_selector({names.LABEL_MANAGED_BY: names.MANAGER})
 
 _MODELS = client.ApiClient()  # only its (de)serialisation: no configuration, no connection
 

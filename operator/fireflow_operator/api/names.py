@@ -21,7 +21,7 @@ FINALIZER = "fireflow.persistent.ai/recover-runs"  # on pools and on their conne
 
 def canonical_selector(selector: Mapping[str, str]) -> str:
     """A label selector as `key=value,...` in key order: one spelling per selector ("" selects every pool)."""
-    return ",".join(f"{key}={value}" for key, value in sorted(selector.items()))
+    return label_selector(dict(sorted(selector.items())))
 
 
 def pool_finalizer(selector: Mapping[str, str]) -> str:
@@ -71,7 +71,7 @@ def workers_selector(pool_name: str) -> str:
 
 def children_selector(pool_name: str) -> str:
     """The label selector of every object the operator made for the pool (StatefulSets, Jobs, ...)."""
-    return f"{LABEL_POOL}={pool_name},{LABEL_MANAGED_BY}={MANAGER}"
+    return label_selector({LABEL_POOL: pool_name, LABEL_MANAGED_BY: MANAGER})
 
 
 def common_labels(pool_name: str, component: str) -> dict[str, str]:
