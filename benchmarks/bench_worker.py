@@ -13,9 +13,11 @@ every side alike:
    and 3 steps for the others), with 1 and 2 workers (pods),
    FireFlow pods of 1 and N processes (N = `--processes`, by default the machine's CPUs); statements, commits
    and worker CPU per run, RSS;
-2. the idle load of one worker: 1 queue at 50 and 200 ms, the 4 queues at 50 ms;
-3. claim latency p50/p99 (enqueue to claim) on an idle worker at 50 ms;
-4. the fleet view: 1, 4 and 16 idle workers serving the 4 queues at their defaults, the database's
+2. CPU per run side by side: a FireFlow pod of one process and raw DBOS-py draining the same runs at the same
+   time, each on its own database, the ratio read per round (the tight comparison of the two);
+3. the idle load of one worker: 1 queue at 50 and 200 ms, the 4 queues at 50 ms;
+4. claim latency p50/p99 (enqueue to claim) on an idle worker at 50 ms;
+5. the fleet view: 1, 4 and 16 idle workers serving the 4 queues at their defaults, the database's
    statements/s and commits/s, and per replica.
 
 Progress goes to stderr; the markdown tables to stdout.
@@ -58,6 +60,7 @@ class Plan:
 
 
 FULL = Plan(runs=800, repeat=3, idle_window=10.0, claim_runs=100, fleet=(1, 4, 16))
+PARTS = ("throughput", "side-by-side", "idle", "claims", "fleet")
 QUICK = Plan(runs=100, repeat=1, idle_window=3.0, claim_runs=10, fleet=(1, 4))
 
 
@@ -92,6 +95,19 @@ def _throughput_jobs(plan: Plan, bench: measure.Bench, results: report.Results, 
         for flow in plan.flows
         for pods in plan.pods
     ]
+
+
+def _side_by_side(bench: measure.Bench, results: report.Results, flow: str, plan: Plan) -> None:
+    setups: list[tuple[Kind, int]] = [("fireflow", 1), ("raw", 1)]
+    if sum(ff.flow == flow for ff, _ in results.pairs) % 2:  # who is released first alternates by round
+        setups.reverse()
+    drains = {t.kind: t for t in measure.side_by_side(bench, setups, flow, plan.runs, plan.concurrency)}
+    results.pairs.append((drains["fireflow"], drains["raw"]))
+    ratio = drains["fireflow"].cpu_ms_per_run / drains["raw"].cpu_ms_per_run
+    _say(
+        f"side by side, {flow}: FireFlow {drains['fireflow'].cpu_ms_per_run:.2f} and raw DBOS-py "
+        f"{drains['raw'].cpu_ms_per_run:.2f} CPU ms/run, {ratio:.3f}x (load {report.load_average()})"
+    )
 
 
 def _idle(
@@ -180,7 +196,7 @@ def main(argv: list[str] | None = None) -> int:  # noqa: PLR0915 - one flat scri
     parser.add_argument("--quick", action="store_true", help="a smoke run: fewer runs, shorter windows")
     parser.add_argument("--runs", type=int, help="runs per throughput measurement (default: 800, quick: 100)")
     parser.add_argument("--repeat", type=int, help="interleaved repetitions (default: 3, quick: 1)")
-    parser.add_argument("--only", choices=("throughput", "idle", "claims", "fleet"), action="append")
+    parser.add_argument("--only", choices=PARTS, action="append")
     parser.add_argument("--with-async", action="store_true", help="also raw DBOS-py as an async workflow")
     parser.add_argument("--flow", choices=FLOW_NAMES, action="append", help="flows to drain (default: all three)")
     parser.add_argument("--pods", type=int, choices=(1, 2), action="append", help="pods per drain (default: both)")
@@ -204,7 +220,7 @@ def main(argv: list[str] | None = None) -> int:  # noqa: PLR0915 - one flat scri
         pods=tuple(args.pods or plan.pods),
         concurrency=max(1, args.concurrency or plan.concurrency),
     )
-    parts = set(args.only or ("throughput", "idle", "claims", "fleet"))
+    parts = set(args.only or PARTS)
     node = check_ts()
     processes = max(1, args.processes or len(os.sched_getaffinity(0)))
     log_dir = Path(tempfile.mkdtemp(prefix="fireflow-bench-"))
@@ -224,6 +240,8 @@ def main(argv: list[str] | None = None) -> int:  # noqa: PLR0915 - one flat scri
         bench = measure.Bench(databases, log_dir)
         if "throughput" in parts:
             _interleaved(_throughput_jobs(plan, bench, results, processes), plan.repeat)
+        if "side-by-side" in parts:
+            _interleaved([[partial(_side_by_side, bench, results, flow, plan)] for flow in plan.flows], plan.repeat)
         if "idle" in parts:
             _interleaved(_idle_jobs(plan, bench, results), plan.repeat)
         if "claims" in parts:
@@ -247,6 +265,7 @@ def main(argv: list[str] | None = None) -> int:  # noqa: PLR0915 - one flat scri
     tables = (
         report.machine_table(machine),
         report.throughput_table(results),
+        report.pairs_table(results),
         report.idle_table(results),
         report.fleet_table(results),
         report.claim_table(results),

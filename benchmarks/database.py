@@ -67,10 +67,12 @@ class Databases:
                         conn.execute(statement)
             self._templates[kind] = name
 
-    def fresh(self, label: str, kind: Kind) -> str:
+    def fresh(self, label: str, kind: Kind, *, keep_others: bool = False) -> str:
         """A new database migrated the way `kind` is deployed; returns its URL. The previous measurements'
-        databases are dropped first (a fleet of them would otherwise fill the disk and the catalogue)."""
-        self.drop_made()
+        databases are dropped first (a fleet of them would otherwise fill the disk and the catalogue), unless
+        `keep_others`: a database for a drain beside the last one's."""
+        if not keep_others:
+            self.drop_made()
         name = f"bench_{label.replace('-', '_')}_{uuid.uuid4().hex[:8]}"
         with self.admin() as admin:
             admin.execute(f'CREATE DATABASE "{name}" TEMPLATE "{self._templates[_schema_of(kind)]}"')
@@ -197,15 +199,19 @@ class RunWatcher:
         rows = self.rows("SELECT status, count(*) FROM dbos.workflow_status GROUP BY status")
         return {str(status): int(count) for status, count in rows}
 
+    def all_ended(self, runs: int) -> bool:
+        """Whether `runs` runs have ended; raises unless every one of them is SUCCESS."""
+        counts = self.statuses()
+        if sum(counts.get(status, 0) for status in TERMINAL) < runs:
+            return False
+        if counts.get("SUCCESS", 0) != runs:
+            raise BenchmarkError(f"not every run succeeded: {counts}")
+        return True
+
     def wait_all_succeeded(self, runs: int, *, timeout: float, interval: float) -> None:
         """Until `runs` runs have ended; raises unless every one of them is SUCCESS."""
         deadline = time.monotonic() + timeout
-        while True:
-            counts = self.statuses()
-            if sum(counts.get(status, 0) for status in TERMINAL) >= runs:
-                if counts.get("SUCCESS", 0) != runs:
-                    raise BenchmarkError(f"not every run succeeded: {counts}")
-                return
+        while not self.all_ended(runs):
             if time.monotonic() > deadline:
-                raise BenchmarkError(f"runs not finished after {timeout:.0f} s: {counts}")
+                raise BenchmarkError(f"runs not finished after {timeout:.0f} s: {self.statuses()}")
             time.sleep(interval)

@@ -122,6 +122,131 @@ class ClaimLatency:
 Observer = Callable[[list[int]], AbstractContextManager[Any]]
 
 
+class _Drain:
+    """One drain in the phases a measurement goes through: its fresh database and held runs; its workers (and
+    watcher, and observer) entered on a stack; its window opened, the runs released, the window closed; and,
+    once the workers have stopped, its figures. A side-by-side measurement interleaves two drains' phases."""
+
+    def __init__(
+        self,
+        bench: Bench,
+        kind: Kind,
+        flow: str,
+        pods: int,
+        processes: int,
+        runs: int,
+        concurrency: int,
+        *,
+        events: str | None = None,
+        variant: str = "",
+        extra_env: dict[str, str] | None = None,
+        beside: bool = False,
+    ) -> None:
+        self.bench, self.kind, self.flow, self.pods, self.processes = bench, kind, flow, pods, processes
+        self.runs, self.concurrency, self.events, self.variant = runs, concurrency, events, variant
+        self.extra_env = {**(extra_env or {}), "DBOS_WORKER_CONCURRENCY": str(concurrency)}
+        label = f"tp{slug(flow)}{pods}x{processes}_{kind}"
+        self.url = bench.databases.fresh(label, kind, keep_others=beside)
+        self.ids: list[str] = []
+        self.enqueue_seconds = 0.0
+
+    def enqueue(self) -> None:
+        client = enqueuer(self.kind, self.url, self.flow, self.events)
+        try:
+            started = time.monotonic()
+            self.ids = [client.enqueue(f"user-{index}", held=True) for index in range(self.runs)]
+            self.enqueue_seconds = time.monotonic() - started
+        finally:
+            client.close()
+
+    def start(self, stack: contextlib.ExitStack, observe: Observer | None) -> None:
+        """The workers, ready and polling, and the watcher, until `stack` closes."""
+        self.procs = stack.enter_context(
+            running_workers(
+                self.kind,
+                self.url,
+                self.bench.log_dir,
+                count=self.pods,
+                queues=[QUEUE],
+                processes=self.processes,
+                extra_env=self.extra_env,
+            )
+        )
+        self.pids = [worker.pid for worker in self.procs]
+        self.watcher = stack.enter_context(RunWatcher(self.url))
+        stack.enter_context((observe or _unobserved)(self.pids))
+
+    def open_window(self, admin: psycopg.Connection[Any]) -> None:
+        """Counters before the release; `pg_stat_statements_reset()` was called once for every drain."""
+        self.server_pid = postmaster_pid(self.bench.databases.server.data_dir)
+        self.before = Counters.read(admin, self.url)
+        self.queries_before = self.watcher.queries
+        self.worker_cpu = tree_cpu_seconds(self.pids)
+        self.server_cpu = tree_cpu_seconds([self.server_pid])
+        self.kernel = tree_kernel_share(self.pids)
+
+    def release(self) -> None:
+        self.released_ms = self.watcher.release(APP_VERSION, QUEUE)
+
+    def close_window(self, admin: psycopg.Connection[Any]) -> None:
+        """The window's figures, read as soon as the drain has ended, while its workers still run."""
+        self.worker_cpu = tree_cpu_seconds(self.pids) - self.worker_cpu
+        self.kernel = tree_kernel_share(self.pids) - self.kernel
+        self.server_cpu = tree_cpu_seconds([self.server_pid]) - self.server_cpu
+        self.statements = Counters.read(admin, self.url).statements - self.before.statements
+        self.by_statement = StatementShare.read(admin, self.url)
+        self.rss = sum(worker.rss_mib() for worker in self.procs)
+        for index in (0, self.runs - 1):  # every kind computes the same thing
+            # DBOS-py 3.4 keeps outputs in a table of their own; DBOS-TS in the status row.
+            output_of = "s.output" if self.kind == "ts" else "o.output"
+            joined = "" if self.kind == "ts" else "LEFT JOIN dbos.workflow_output o USING (workflow_uuid)"
+            ((status, output, serialization),) = self.watcher.rows(
+                f"SELECT s.status, {output_of}, s.serialization FROM dbos.workflow_status s {joined} "
+                f"WHERE s.workflow_uuid = '{self.ids[index]}'"
+            )
+            got = decode_output(output, serialization)
+            if got != expected_result(self.flow, f"user-{index}"):
+                raise BenchmarkError(f"{self.kind} run {self.ids[index]} ({status}, {serialization}) returned {got!r}")
+        ((self.first_started, self.last_completed),) = self.watcher.rows(
+            "SELECT min(started_at_epoch_ms), max(coalesce(completed_at, updated_at)) FROM dbos.workflow_status"
+        )
+        self.per_worker = self.watcher.rows(
+            "SELECT executor_id, count(*) FROM dbos.workflow_status GROUP BY 1 ORDER BY 1"
+        )
+        self.own_commits = self.watcher.queries - self.queries_before
+
+    def result(self, admin: psycopg.Connection[Any]) -> Throughput:
+        """Once the workers and the watcher have disconnected: every backend has flushed its commit count."""
+        commits = Counters.read(admin, self.url).commits - self.before.commits - self.own_commits
+        with psycopg.connect(self.url, autocommit=True) as conn:  # the fresh database's functions: its whole life
+            functions = FunctionTime.read(conn)
+        # A claim stamps its transaction's start, which may precede the release it then sees (on a busy machine
+        # by tens of ms); a held run cannot be claimed before the release commits (its version is no worker's).
+        if int(self.first_started) < self.released_ms - 250:
+            raise BenchmarkError(
+                f"{self.kind}: a run started {self.released_ms - int(self.first_started)} ms before the release"
+            )
+        return Throughput(
+            kind=self.kind,
+            flow=self.flow,
+            pods=self.pods,
+            processes=self.processes,
+            runs=self.runs,
+            seconds=(int(self.last_completed) - self.released_ms) / 1000,
+            enqueue_seconds=self.enqueue_seconds,
+            per_worker={str(executor): int(count) for executor, count in self.per_worker},
+            worker_cpu_seconds=self.worker_cpu,
+            server_cpu_seconds=self.server_cpu,
+            load=Counters(self.statements, commits),
+            rss_mib=self.rss,
+            worker_kernel=self.kernel,
+            concurrency=self.concurrency,
+            variant=self.variant,
+            by_statement=self.by_statement,
+            functions=functions,
+        )
+
+
 def throughput(
     bench: Bench,
     kind: Kind,
@@ -139,88 +264,58 @@ def throughput(
 ) -> Throughput:
     """One drain of `runs` runs; `events` is a FireFlow run's event detail, `extra_env` more worker settings,
     `prepare` called with the fresh database's URL before anything is enqueued (a variant of its schema)."""
-    url = bench.databases.fresh(f"tp{slug(flow)}{pods}x{processes}_{kind}", kind)
-    if prepare is not None:
-        prepare(url)
-    server_pid = postmaster_pid(bench.databases.server.data_dir)
-    client = enqueuer(kind, url, flow, events)
-    try:
-        started = time.monotonic()
-        ids = [client.enqueue(f"user-{index}", held=True) for index in range(runs)]
-        enqueue_seconds = time.monotonic() - started
-    finally:
-        client.close()
-    with bench.databases.admin() as admin:
-        with (
-            running_workers(
-                kind,
-                url,
-                bench.log_dir,
-                count=pods,
-                queues=[QUEUE],
-                processes=processes,
-                extra_env={**(extra_env or {}), "DBOS_WORKER_CONCURRENCY": str(concurrency)},
-            ) as procs,
-            RunWatcher(url) as watcher,
-            (observe or _unobserved)([worker.pid for worker in procs]),
-        ):
-            admin.execute("SELECT pg_stat_statements_reset()")
-            before = Counters.read(admin, url)
-            queries_before = watcher.queries
-            worker_pids = [worker.pid for worker in procs]
-            worker_cpu, server_cpu = tree_cpu_seconds(worker_pids), tree_cpu_seconds([server_pid])
-            kernel = tree_kernel_share(worker_pids)
-            released_ms = watcher.release(APP_VERSION, QUEUE)
-            watcher.wait_all_succeeded(runs, timeout=max(180.0, runs / 2), interval=0.1)
-            worker_cpu = tree_cpu_seconds(worker_pids) - worker_cpu
-            kernel = tree_kernel_share(worker_pids) - kernel
-            server_cpu = tree_cpu_seconds([server_pid]) - server_cpu
-            statements = Counters.read(admin, url).statements - before.statements
-            by_statement = StatementShare.read(admin, url)
-            rss = sum(worker.rss_mib() for worker in procs)
-            for index in (0, runs - 1):  # every kind computes the same thing
-                # DBOS-py 3.4 keeps outputs in a table of their own; DBOS-TS in the status row.
-                output_of = "s.output" if kind == "ts" else "o.output"
-                joined = "" if kind == "ts" else "LEFT JOIN dbos.workflow_output o USING (workflow_uuid)"
-                ((status, output, serialization),) = watcher.rows(
-                    f"SELECT s.status, {output_of}, s.serialization FROM dbos.workflow_status s {joined} "
-                    f"WHERE s.workflow_uuid = '{ids[index]}'"
-                )
-                got = decode_output(output, serialization)
-                if got != expected_result(flow, f"user-{index}"):
-                    raise BenchmarkError(f"{kind} run {ids[index]} ({status}, {serialization}) returned {got!r}")
-            ((first_started, last_completed),) = watcher.rows(
-                "SELECT min(started_at_epoch_ms), max(coalesce(completed_at, updated_at)) FROM dbos.workflow_status"
-            )
-            per_worker = watcher.rows("SELECT executor_id, count(*) FROM dbos.workflow_status GROUP BY 1 ORDER BY 1")
-            own_commits = watcher.queries - queries_before
-        # The workers and the watcher have disconnected: every backend has flushed its commit count.
-        commits = Counters.read(admin, url).commits - before.commits - own_commits
-    with psycopg.connect(url, autocommit=True) as conn:  # the fresh database's functions: its whole life
-        functions = FunctionTime.read(conn)
-    # A claim stamps its transaction's start, which may precede the release it then sees (on a busy machine by
-    # tens of ms); a held run cannot be claimed before the release commits (its version is no worker's).
-    if int(first_started) < released_ms - 250:
-        raise BenchmarkError(f"{kind}: a run started {released_ms - int(first_started)} ms before the release")
-    return Throughput(
-        kind=kind,
-        flow=flow,
-        pods=pods,
-        processes=processes,
-        runs=runs,
-        seconds=(int(last_completed) - released_ms) / 1000,
-        enqueue_seconds=enqueue_seconds,
-        per_worker={str(executor): int(count) for executor, count in per_worker},
-        worker_cpu_seconds=worker_cpu,
-        server_cpu_seconds=server_cpu,
-        load=Counters(statements, commits),
-        rss_mib=rss,
-        worker_kernel=kernel,
-        concurrency=concurrency,
-        variant=variant,
-        by_statement=by_statement,
-        functions=functions,
+    drain = _Drain(
+        bench, kind, flow, pods, processes, runs, concurrency, events=events, variant=variant, extra_env=extra_env
     )
+    if prepare is not None:
+        prepare(drain.url)
+    drain.enqueue()
+    with bench.databases.admin() as admin:
+        with contextlib.ExitStack() as stack:
+            drain.start(stack, observe)
+            admin.execute("SELECT pg_stat_statements_reset()")
+            drain.open_window(admin)
+            drain.release()
+            drain.watcher.wait_all_succeeded(runs, timeout=max(180.0, runs / 2), interval=0.1)
+            drain.close_window(admin)
+        return drain.result(admin)
+
+
+def side_by_side(
+    bench: Bench,
+    setups: list[tuple[Kind, int]],
+    flow: str,
+    runs: int,
+    concurrency: int = WORKER_CONCURRENCY,
+) -> list[Throughput]:
+    """Drains of one pod each, one per (kind, processes) of `setups`, each on its own fresh database, draining
+    at the same time: released back to back in `setups`' order, each one's window closed when its own last run
+    ends. Whatever the machine does meanwhile hits them alike, so their CPU per run pairs up far more tightly
+    than that of drains minutes apart (their runs/s, sharing the cores, is no pod's throughput)."""
+    drains = [
+        _Drain(bench, kind, flow, 1, processes, runs, concurrency, variant="side by side", beside=index > 0)
+        for index, (kind, processes) in enumerate(setups)
+    ]
+    for drain in drains:
+        drain.enqueue()
+    with bench.databases.admin() as admin:
+        with contextlib.ExitStack() as stack:
+            for drain in drains:
+                drain.start(stack, None)
+            admin.execute("SELECT pg_stat_statements_reset()")
+            for drain in drains:
+                drain.open_window(admin)
+            for drain in drains:
+                drain.release()
+            pending, deadline = list(drains), time.monotonic() + max(180.0, len(drains) * runs / 2)
+            while pending:
+                for drain in [drain for drain in pending if drain.watcher.all_ended(drain.runs)]:
+                    drain.close_window(admin)
+                    pending.remove(drain)
+                if pending and time.monotonic() > deadline:
+                    raise BenchmarkError(f"runs not finished side by side: {[d.watcher.statuses() for d in pending]}")
+                time.sleep(0.05)
+        return [drain.result(admin) for drain in drains]
 
 
 def _unobserved(_pids: list[int]) -> AbstractContextManager[Any]:

@@ -32,6 +32,10 @@ NOTES = (
     " run: over that window. Kernel %: the workers' system CPU share of it; context switches: voluntary and"
     " involuntary, of every worker thread, per run (DBOS-py runs each workflow in a thread of its own, and each"
     " statement hands the interpreter lock over). RSS: the workers' resident memory at the end.",
+    "- Side by side: a FireFlow pod of one process and raw DBOS-py, each draining the same N held runs on its"
+    " own fresh database at the same time (released back to back, in an order that alternates by round); each"
+    " one's CPU read when its own last run ends. Whatever else the machine does hits both alike, so each"
+    " round's ratio is read as a pair; drains minutes apart differ by more than the 5 % being measured.",
     "- Idle load: ready workers, nothing queued; `pg_stat_statements` calls and `pg_stat_database.xact_commit`"
     ' deltas of their database over the window. "TS worker defaults": the TS worker polls fireflow-executions at'
     " DBOS_QUEUE_POLLING_INTERVAL_MS and the other queues at the SDK's default (1 s), as the TS worker configures"
@@ -92,6 +96,8 @@ class Results:
     throughput: list[Throughput] = field(default_factory=list)
     idle: list[IdleLoad] = field(default_factory=list)
     claims: list[ClaimLatency] = field(default_factory=list)
+    # Each side-by-side measurement's drains, FireFlow's first and raw DBOS-py's second.
+    pairs: list[tuple[Throughput, Throughput]] = field(default_factory=list)
 
 
 def _fmt(value: float | None) -> str:
@@ -142,7 +148,7 @@ METRICS: tuple[tuple[str, Metric], ...] = (
 def _group(results: Results, flow: str, pods: int) -> dict[tuple[str, int], list[Throughput]]:
     groups: dict[tuple[str, int], list[Throughput]] = {}
     for t in results.throughput:
-        if (t.flow, t.pods) == (flow, pods):
+        if (t.flow, t.pods, t.variant) == (flow, pods, ""):
             groups.setdefault((t.kind, t.processes), []).append(t)
     return groups
 
@@ -173,6 +179,29 @@ def throughput_table(results: Results) -> list[str]:
                 f"{_ratio(_median(commits), _median(t.load.commits / t.runs for t in raw))} | "
                 f"{_ratio(_median(statements), _median(t.load.statements / t.runs for t in ts))} |"
             )
+    return lines
+
+
+def pairs_table(results: Results) -> list[str]:
+    """Side by side: each round's ratio of FireFlow's CPU per run to raw DBOS-py's, then its median."""
+    lines = [
+        "| flow, side by side | rounds | FireFlow worker CPU ms/run | raw DBOS-py CPU ms/run | CPU/run ÷ raw, "
+        "paired | user ms/run ÷ raw | system ms/run ÷ raw | context switches/run ÷ raw | statements ÷ raw |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|---:|",
+    ]
+    for flow in [flow for flow in FLOW_NAMES if any(ff.flow == flow for ff, _ in results.pairs)]:
+        pairs = [(ff, raw) for ff, raw in results.pairs if ff.flow == flow]
+
+        def paired(metric: Metric, pairs: list[tuple[Throughput, Throughput]] = pairs) -> str:
+            return _spread([metric(ff) / metric(raw) for ff, raw in pairs if metric(raw)])
+
+        lines.append(
+            f"| {flow} | {len(pairs)} | {_spread([ff.cpu_ms_per_run for ff, _ in pairs])} | "
+            f"{_spread([raw.cpu_ms_per_run for _, raw in pairs])} | **{paired(lambda t: t.cpu_ms_per_run)}** | "
+            f"{paired(lambda t: t.worker_cpu_seconds - t.worker_kernel.system_seconds)} | "
+            f"{paired(lambda t: t.worker_kernel.system_seconds)} | {paired(lambda t: t.worker_kernel.switches)} | "
+            f"{paired(lambda t: t.load.statements)} |"
+        )
     return lines
 
 
