@@ -51,6 +51,19 @@ class Bench:
 
 
 @dataclass(frozen=True)
+class SharedWindow:
+    """What a drain did while every drain beside it was still draining: its worker CPU, and its work in runs
+    (runs claimed, steps recorded and runs ended, each run counting `2 + its steps` such units)."""
+
+    cpu_seconds: float
+    runs_done: float
+
+    @property
+    def cpu_ms_per_run(self) -> float:
+        return 1000 * self.cpu_seconds / self.runs_done
+
+
+@dataclass(frozen=True)
 class Throughput:
     kind: Kind
     flow: str  # workload.FLOW_NAMES
@@ -71,6 +84,8 @@ class Throughput:
     # The window's statements by query, and the database's PL/pgSQL functions (with track_functions = 'pl').
     by_statement: tuple[StatementShare, ...] = ()
     functions: tuple[FunctionTime, ...] = ()
+    # Side by side: this drain's CPU and work until the first of the drains ended (see `side_by_side`).
+    shared: SharedWindow | None = None
 
     @property
     def runs_per_second(self) -> float:
@@ -149,6 +164,7 @@ class _Drain:
         self.url = bench.databases.fresh(label, kind, keep_others=beside)
         self.ids: list[str] = []
         self.enqueue_seconds = 0.0
+        self.shared: SharedWindow | None = None
 
     def enqueue(self) -> None:
         client = enqueuer(self.kind, self.url, self.flow, self.events)
@@ -187,6 +203,15 @@ class _Drain:
 
     def release(self) -> None:
         self.released_ms = self.watcher.release(APP_VERSION, QUEUE)
+
+    def progress(self) -> tuple[float, int, int]:
+        """(worker CPU seconds since the release, units of work done: runs claimed + steps + runs ended, steps)."""
+        cpu = tree_cpu_seconds(self.pids) - self.worker_cpu
+        ((claimed, ended, steps),) = self.watcher.rows(
+            "SELECT count(*) FILTER (WHERE status <> 'ENQUEUED'), count(*) FILTER (WHERE status = 'SUCCESS'), "
+            "(SELECT count(*) FROM dbos.operation_outputs) FROM dbos.workflow_status"
+        )
+        return cpu, int(claimed) + int(ended) + int(steps), int(steps)
 
     def close_window(self, admin: psycopg.Connection[Any]) -> None:
         """The window's figures, read as soon as the drain has ended, while its workers still run."""
@@ -244,6 +269,7 @@ class _Drain:
             variant=self.variant,
             by_statement=self.by_statement,
             functions=functions,
+            shared=self.shared,
         )
 
 
@@ -291,7 +317,11 @@ def side_by_side(
     """Drains of one pod each, one per (kind, processes) of `setups`, each on its own fresh database, draining
     at the same time: released back to back in `setups`' order, each one's window closed when its own last run
     ends. Whatever the machine does meanwhile hits them alike, so their CPU per run pairs up far more tightly
-    than that of drains minutes apart (their runs/s, sharing the cores, is no pod's throughput)."""
+    than that of drains minutes apart (their runs/s, sharing the cores, is no pod's throughput).
+
+    The drain that ends first had the others beside it all along; the others end alone, at less cost per run.
+    So each drain's `shared` window also counts its CPU and its work (in runs, its unfinished ones in part)
+    until the first drain ended: the comparison over one window, whoever ends first."""
     drains = [
         _Drain(bench, kind, flow, 1, processes, runs, concurrency, variant="side by side", beside=index > 0)
         for index, (kind, processes) in enumerate(setups)
@@ -308,13 +338,21 @@ def side_by_side(
             for drain in drains:
                 drain.release()
             pending, deadline = list(drains), time.monotonic() + max(180.0, len(drains) * runs / 2)
+            at_first_end: list[tuple[float, int, int]] = []
             while pending:
-                for drain in [drain for drain in pending if drain.watcher.all_ended(drain.runs)]:
+                ended = [drain for drain in pending if drain.watcher.all_ended(drain.runs)]
+                if ended and not at_first_end:
+                    at_first_end = [drain.progress() for drain in drains]
+                for drain in ended:
                     drain.close_window(admin)
                     pending.remove(drain)
                 if pending and time.monotonic() > deadline:
                     raise BenchmarkError(f"runs not finished side by side: {[d.watcher.statuses() for d in pending]}")
                 time.sleep(0.05)
+            for drain, (cpu, units, _) in zip(drains, at_first_end, strict=True):
+                # Every run of a drain records the same number of steps: its units per run, once all ended.
+                steps_per_run = drain.progress()[2] / runs
+                drain.shared = SharedWindow(cpu, units / (2 + steps_per_run))
         return [drain.result(admin) for drain in drains]
 
 

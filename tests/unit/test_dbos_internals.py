@@ -69,6 +69,13 @@ SIGNATURES: dict[str, str] = {
         "(schema: str, use_listen_notify: bool, is_cockroach: bool = False) -> list[str]"
     ),
     "dbos._context.snapshot_step_context": "(reserve_sleep_id: 'bool' = False) -> 'Optional[DBOSContext]'",
+    "dbos._core.invoke_step": (
+        "(dbos: 'DBOS', step_ctx: dbos._context.DBOSContext, func: Union[Callable[~P, Coroutine[Any, Any, +R]], "
+        "Callable[~P, +R]], args: tuple[typing.Any, ...], kwargs: dict[str, typing.Any], *, step_name: str, "
+        "retries_allowed: bool, interval_seconds: float, max_attempts: int, backoff_rate: float, should_retry: "
+        "Optional[Callable[[BaseException], Union[bool, Awaitable[bool]]]] = None, preemptible: bool = False, "
+        "timeout_seconds: Optional[float] = None) -> Union[+R, Coroutine[Any, Any, +R]]"
+    ),
     "dbos._core.run_step_async": (
         "(dbos: 'DBOS', step_ctx: Optional[dbos._context.DBOSContext], func: Union[Callable[~P, Coroutine[Any, Any, "
         "+R]], Callable[~P, +R]], options: dbos._core.StepOptions, args: tuple[typing.Any, ...], kwargs: dict[str, "

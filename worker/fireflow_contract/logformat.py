@@ -14,6 +14,7 @@ on its record (kopf's object reference, DBOS's workflow id).
 
 from __future__ import annotations
 
+import contextlib
 import contextvars
 import json
 import logging
@@ -21,6 +22,7 @@ import os
 import sys
 import time
 from collections.abc import Mapping
+from contextlib import AbstractContextManager
 from typing import Any, Final, Literal, TextIO
 
 LogFormat = Literal["text", "json"]
@@ -73,6 +75,31 @@ def run_context(run_id: str) -> _About:
 
 def node_context(node_id: str) -> _About:
     return _About(_node, node_id)
+
+
+def step_context(run_id: str, node_id: str) -> AbstractContextManager[None]:
+    """Lines about this run's node: nothing to set where they already are (a step run in the workflow's own
+    thread, DBOS's way with a sync step), both where they are not (a thread of DBOS's pool)."""
+    if _run_id.get() == run_id and _node.get() == node_id:
+        return _ALREADY
+    return _Both(run_id, node_id)
+
+
+class _Both:
+    __slots__ = ("_node", "_run", "_tokens")
+
+    def __init__(self, run_id: str, node_id: str) -> None:
+        self._run, self._node = run_id, node_id
+
+    def __enter__(self) -> None:
+        self._tokens = (_run_id.set(self._run), _node.set(self._node))
+
+    def __exit__(self, *_exc: object) -> None:
+        _node.reset(self._tokens[1])
+        _run_id.reset(self._tokens[0])
+
+
+_ALREADY = contextlib.nullcontext()
 
 
 def enter_pool(namespace: str, name: str) -> None:

@@ -267,9 +267,11 @@ _NO_RUN_SPAN = contextlib.nullcontext(NO_TRACE)
 _NO_NODE_SPAN: contextlib.nullcontext[Span | None] = contextlib.nullcontext(None)
 
 
-def run_span(request: Any, attributes: dict[str, str]) -> AbstractContextManager[RunTrace]:
+def run_span(request: Any, run_id: str, flow: str, queue: str) -> AbstractContextManager[RunTrace]:
     """The span of one run, current inside the block; an exception leaving it marks it failed."""
-    return _run_span(request, attributes) if enabled() else _NO_RUN_SPAN
+    if not enabled():
+        return _NO_RUN_SPAN
+    return _run_span(request, {"fireflow.run.id": run_id, "fireflow.flow": flow, "fireflow.queue": queue})
 
 
 @contextlib.contextmanager

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import asyncio
 import threading
-from collections.abc import Callable, Coroutine
+from collections.abc import Awaitable, Callable, Coroutine
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import AbstractContextManager
 from dataclasses import dataclass
@@ -88,6 +88,28 @@ class _SystemDatabase(Protocol):
     def update_workflow_outcome(
         self, workflow_id: str, status: Literal["ERROR"], *, error: str | None = None, owner_xid: str | None = None
     ) -> bool: ...
+
+
+class _InvokeStep(Protocol):
+    """`dbos._core.invoke_step`."""
+
+    def __call__(
+        self,
+        dbos: DBOS,
+        step_ctx: _context.DBOSContext,
+        func: Callable[..., Any],
+        args: tuple[Any, ...],
+        kwargs: dict[str, Any],
+        *,
+        step_name: str,
+        retries_allowed: bool,
+        interval_seconds: float,
+        max_attempts: int,
+        backoff_rate: float,
+        should_retry: Callable[[BaseException], bool | Awaitable[bool]] | None = None,
+        preemptible: bool = False,
+        timeout_seconds: float | None = None,
+    ) -> Any: ...
 
 
 class _GetMigrations(Protocol):
@@ -309,6 +331,28 @@ def dbos_migrations() -> list[str]:
     return _get_dbos_migrations("dbos", use_listen_notify=True)
 
 
+# A chain's steps (see dbos_compat.reserve_in_order): DBOS.reserve_step and StepReservation.run, without the
+# checks of each call that hold for every node step of ours (a sync function, called from its workflow).
+
+
+def step_at(step_context: _context.DBOSContext, options: StepOptions, func: Callable[..., Any], args: tuple[Any, ...]) -> Any:
+    """Run the sync `func` as the step of a context drawn by `step_context_now` in the workflow's own thread
+    (`dbos._core.invoke_step`, what `StepReservation.run` comes to for a sync function)."""
+    return _invoke_step(
+        instance(),
+        step_context,
+        func,
+        args,
+        {},
+        step_name=options.get("name") or func.__qualname__,
+        retries_allowed=options.get("retries_allowed", False),
+        interval_seconds=options.get("interval_seconds", 1.0),
+        max_attempts=options.get("max_attempts", 3),
+        backoff_rate=options.get("backoff_rate", 2.0),
+        should_retry=options.get("should_retry"),
+    )
+
+
 # dbos 3.3 (which has no `DBOS.reserve_step`): what `reserve_step` does inside, done by hand (see dbos_compat).
 
 
@@ -334,6 +378,7 @@ _deserialize_args: Callable[[str, str | None, Serializer], _serialization.Workfl
 )
 _execute_dequeued_workflow: Callable[[DBOS, ClaimedRun, str], WorkflowHandle[Any]] = _core.execute_dequeued_workflow
 _get_dbos_migrations: _GetMigrations = _migration.get_dbos_migrations
+_invoke_step: _InvokeStep = _core.invoke_step
 _run_step_async: Callable[
     [DBOS, _context.DBOSContext | None, Callable[..., Any], StepOptions, tuple[Any, ...], dict[str, Any]],
     Coroutine[Any, Any, Any],

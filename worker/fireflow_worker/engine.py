@@ -76,8 +76,8 @@ def run_flow(request: dict[str, Any]) -> dict[str, Any]:
     # The metrics' queue label: one of the four (an enqueuer's request may say anything; labels must stay few).
     said = request.get(run_request.QUEUE, "none") if isinstance(request, dict) else "none"
     queue = said if said in queues.ALL_QUEUES else "none"
-    metrics.run_counter(metrics.RUNS_STARTED, queue).inc()
-    metrics.ACTIVE_RUNS.inc()
+    metrics.run_counter(metrics.RUNS_STARTED, queue).inc(1)
+    metrics.ACTIVE.inc(1)
     SETTINGS.active_runs.add(run_id)
     SETTINGS.claimed.append(run_id)
     if SETTINGS.on_run_started is not None:
@@ -86,8 +86,7 @@ def run_flow(request: dict[str, Any]) -> dict[str, Any]:
     ended: Counter | None = metrics.RUNS_FAILED
     outcome = "failed"
     flow = flow_label(request) or "unknown"
-    span_attributes = {"fireflow.run.id": run_id, "fireflow.flow": flow, "fireflow.queue": queue}
-    with logformat.run_context(run_id), telemetry.run_span(request, span_attributes):
+    with logformat.run_context(run_id), telemetry.run_span(request, run_id, flow, queue):
         log.debug("run %s started: flow %s, queue %s", run_id, flow, queue)
         try:
             result = _run(request, run_id)
@@ -102,9 +101,9 @@ def run_flow(request: dict[str, Any]) -> dict[str, Any]:
         finally:
             elapsed = time.monotonic() - started
             if ended is not None:
-                metrics.run_counter(ended, queue).inc()
+                metrics.run_counter(ended, queue).inc(1)
             metrics.run_duration(flow).observe(elapsed)
-            metrics.ACTIVE_RUNS.dec()
+            metrics.ACTIVE.inc(-1)
             SETTINGS.active_runs.discard(run_id)
             if SETTINGS.on_run_ended is not None:
                 SETTINGS.on_run_ended(queue)

@@ -71,20 +71,21 @@ def _node_call(
 ) -> tuple[StepOptions, NodeCall]:
     """The node's step options and call, its params resolved against the inputs and its dependencies' outputs."""
     limits = SETTINGS.limits
-    spec = plan.flow.nodes[node_id]
-    retry = plan.retries[node_id]
     params = resolve_params(plan.params[node_id], inputs, outputs, limits.max_node_output_bytes)
     call = NodeCall(
-        run_id, node_id, spec.type, params, limits, budget, SETTINGS.is_cancelled, live, telemetry.current_run()
+        run_id,
+        node_id,
+        plan.flow.nodes[node_id].type,
+        params,
+        limits,
+        budget,
+        SETTINGS.is_cancelled,
+        live,
+        telemetry.current_run(),
     )
-    options: StepOptions = {
-        "name": f"node:{node_id}",
-        "retries_allowed": retry.max_attempts > 1,
-        "max_attempts": retry.max_attempts,
-        "interval_seconds": retry.interval_seconds,
-        "backoff_rate": retry.backoff_rate,
-        "should_retry": call.should_retry,
-    }
+    options = plan.step_options[node_id]
+    if options["retries_allowed"]:  # DBOS asks `should_retry` only then, and checks its kind on every call
+        options = {**options, "should_retry": call.should_retry}
     return options, call
 
 
@@ -94,7 +95,7 @@ def _failure_record(options: StepOptions) -> StepOptions:
 
 
 def _pure_in_chain(
-    reservation: Reservation, options: StepOptions, call: NodeCall, cancelled: threading.Event, run_id: str
+    reservation: Reservation, options: StepOptions, call: NodeCall, cancelled: _Cancellation, run_id: str
 ) -> dict[str, Any]:
     """A pure node in the workflow's thread; its final failure recorded at its step id (and raised)."""
     attempts = PureAttempts(call, options)
@@ -124,6 +125,29 @@ async def _pure_in_graph(reservation: Reservation, options: StepOptions, call: N
         await asyncio.sleep(outcome)  # a cancelled run cancels this task
 
 
+class _Cancellation:
+    """A chain run's cancellation, set from the cancel watcher's thread. An Event is made only once the run
+    waits (a durable sleep, a pure node's pause between attempts): most runs never do."""
+
+    __slots__ = ("_event", "seen")
+
+    def __init__(self) -> None:
+        self.seen = False
+        self._event: threading.Event | None = None
+
+    def set(self) -> None:
+        self.seen = True
+        event = self._event
+        if event is not None:
+            event.set()
+
+    def wait(self, seconds: float) -> bool:
+        """Whether the run was cancelled before `seconds` passed."""
+        if self._event is None:
+            self._event = threading.Event()  # made before `seen` is read: a `set` in between is seen either way
+        return self.seen or self._event.wait(seconds)
+
+
 def _node_failure(node_id: str, err: Exception) -> RunFailedError:
     if isinstance(err, dbos_error.DBOSMaxStepRetriesExceeded):
         last = one_line(err.errors[-1]) if err.errors else one_line(err)
@@ -136,17 +160,17 @@ def execute_chain(plan: FlowPlan, inputs: dict[str, Any], run_id: str, live: boo
     reservations = [(node_id, dbos_compat.reserve_in_order()) for node_id in plan.order]
     budget = OutputBudget(SETTINGS.limits.max_run_output_bytes)
     outputs: dict[str, Any] = {}
-    cancelled = threading.Event()
+    cancelled = _Cancellation()
     watcher = SETTINGS.cancel_watcher
     if watcher is not None:
         watcher.watch(run_id, cancelled.set)
     try:
         for node_id, reservation in reservations:
-            if cancelled.is_set():
+            if cancelled.seen:
                 raise _cancelled(run_id)
             try:
-                needed = {dep: outputs[dep] for dep in plan.deps[node_id]}
-                options, call = _node_call(plan, node_id, inputs, needed, run_id, live, budget)
+                # Every earlier node's output: a node's references name only nodes it depends on.
+                options, call = _node_call(plan, node_id, inputs, outputs, run_id, live, budget)
                 with logformat.node_context(node_id):  # DBOS's lines about the step (its retries) too
                     if node_id in plan.pure and not live:
                         result = _pure_in_chain(reservation, options, call, cancelled, run_id)

@@ -3,18 +3,19 @@ per distinct flow a worker process sees, not once per run.
 
 A fleet typically runs a few flows many times. Parsing and validating a flow, then sorting its graph, cost
 more worker CPU per run than DBOS's own bookkeeping of a small flow, so plans are cached by the flow's exact
-content (its compact JSON): the same definition always yields the same plan, and what validation depends
+content (its `repr`): the same definition always yields the same plan, and what validation depends
 on besides the definition (the node registry, the `python` allow-list) is fixed for the process's life.
 An invalid flow is not cached; it fails every run that carries it, with the same message.
 """
 
 from __future__ import annotations
 
-import json
 import threading
 from collections import OrderedDict
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
+
+from dbos import StepOptions
 
 from fireflow_worker.flows.graph import compile_params, dependencies, output_nodes, topological_layers
 from fireflow_worker.flows.model import Flow, RetryPolicy
@@ -41,6 +42,8 @@ class FlowPlan:
     params: dict[str, Template]
     # The nodes of pure types (see NodeType.pure): computed in the workflow, not checkpointed.
     pure: frozenset[str] = frozenset()
+    # Each node's step options from its name and retry policy (a run adds its own `should_retry`).
+    step_options: dict[str, StepOptions] = field(default_factory=dict)
 
 
 def build_plan(definition: Any) -> FlowPlan:
@@ -49,16 +52,28 @@ def build_plan(definition: Any) -> FlowPlan:
     registry = default_registry()
     deps = dependencies(flow)
     layers = topological_layers(flow)
+    retries = {node_id: retry_policy(registry.get(spec.type), spec) for node_id, spec in flow.nodes.items()}
     return FlowPlan(
         flow=flow,
         order=tuple(node_id for layer in layers for node_id in layer),
         deps={node_id: tuple(sorted(found)) for node_id, found in deps.items()},
-        retries={node_id: retry_policy(registry.get(spec.type), spec) for node_id, spec in flow.nodes.items()},
+        retries=retries,
         outputs=tuple(output_nodes(flow)),
         is_chain=all(len(layer) == 1 for layer in layers),
         pure=frozenset(node_id for node_id, spec in flow.nodes.items() if registry.get(spec.type).pure),
         params={node_id: compile_params(spec.params) for node_id, spec in flow.nodes.items()},
+        step_options={node_id: _step_options(node_id, retry) for node_id, retry in retries.items()},
     )
+
+
+def _step_options(node_id: str, retry: RetryPolicy) -> StepOptions:
+    return {
+        "name": f"node:{node_id}",
+        "retries_allowed": retry.max_attempts > 1,
+        "max_attempts": retry.max_attempts,
+        "interval_seconds": retry.interval_seconds,
+        "backoff_rate": retry.backoff_rate,
+    }
 
 
 class PlanCache:
@@ -96,10 +111,14 @@ class PlanCache:
 
 
 def _content_key(definition: Any) -> str | None:
-    """The flow's exact content as compact JSON; None for what is not JSON (validation then says why)."""
+    """The flow's exact content as text; None for what is not a mapping (validation then says why).
+
+    A definition reaches the engine as JSON data (DBOS decodes the run's portable JSON, `run_encodings` makes
+    other encodings plain JSON data), whose `repr` tells every two values apart (`1`, `1.0` and `True`
+    included) at two thirds of the cost of encoding it as JSON again, run after run."""
     if not isinstance(definition, dict):
         return None
     try:
-        return json.dumps(definition, separators=(",", ":"), ensure_ascii=False, allow_nan=False)
-    except (TypeError, ValueError, RecursionError):
+        return repr(definition)
+    except RecursionError:
         return None

@@ -3,7 +3,9 @@ are mixed in by accident; they are added explicitly)."""
 
 from __future__ import annotations
 
+import bisect
 import functools
+from collections.abc import Callable
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 from prometheus_client.process_collector import ProcessCollector
@@ -86,28 +88,59 @@ PROVISION_CACHE = Counter(
 READY = Gauge("fireflow_worker_ready", "1 while the worker accepts runs, 0 once it drains.", registry=REGISTRY)
 
 
-# Labelled children, looked up once: runs and nodes update them on the hot path.
-@functools.cache
-def node_duration(node_type: str, outcome: str) -> Histogram:
-    child: Histogram = NODE_DURATION.labels(node_type, outcome)
-    return child
+# Labelled children, looked up once, and updated on the hot path (every run, every node attempt) through the
+# client's values directly: its public `inc` and `observe` check on every call what holds for a child from
+# the start (observable, a non-negative amount), which cost a run of three nodes as much as its own metrics.
+# prometheus-client is pinned; tests/unit/test_hot_metrics.py holds these to the public methods' samples.
+
+
+class HotCounter:
+    """A counter (or gauge) child's `inc`, without the per-call checks."""
+
+    __slots__ = ("inc",)
+
+    def __init__(self, child: Counter | Gauge) -> None:
+        self.inc: Callable[[float], None] = child._value.inc  # noqa: SLF001 - see above
+
+
+class HotHistogram:
+    """A histogram child's `observe` (no exemplar), without the per-call checks: its sum, and its bucket
+    found by bisection (the client walks the bounds one by one)."""
+
+    __slots__ = ("_bounds", "_buckets", "_sum")
+
+    def __init__(self, child: Histogram) -> None:
+        self._sum: Callable[[float], None] = child._sum.inc  # noqa: SLF001 - see above
+        self._buckets: list[Callable[[float], None]] = [bucket.inc for bucket in child._buckets]  # noqa: SLF001
+        self._bounds: list[float] = child._upper_bounds  # noqa: SLF001 - ascending, +Inf last
+
+    def observe(self, amount: float) -> None:
+        self._sum(amount)
+        self._buckets[bisect.bisect_left(self._bounds, amount)](1)
+
+
+ACTIVE = HotCounter(ACTIVE_RUNS)  # inc(1) as a run starts, inc(-1) as it ends
 
 
 @functools.cache
-def run_counter(counter: Counter, queue: str) -> Counter:
-    child: Counter = counter.labels(queue)
-    return child
+def node_duration(node_type: str, outcome: str) -> HotHistogram:
+    return HotHistogram(NODE_DURATION.labels(node_type, outcome))
 
 
-_run_durations: dict[str, Histogram] = {}
+@functools.cache
+def run_counter(counter: Counter, queue: str) -> HotCounter:
+    return HotCounter(counter.labels(queue))
 
 
-def run_duration(flow: str) -> Histogram:
+_run_durations: dict[str, HotHistogram] = {}
+
+
+def run_duration(flow: str) -> HotHistogram:
     """The run-duration child of a flow; past MAX_FLOW_LABELS distinct flows, the `other` child."""
     child = _run_durations.get(flow)
     if child is None:
         label = flow if len(_run_durations) < MAX_FLOW_LABELS else OTHER_FLOWS
-        child = RUN_DURATION.labels(label)
+        child = HotHistogram(RUN_DURATION.labels(label))
         if label == flow:
             _run_durations[flow] = child
     return child

@@ -87,8 +87,7 @@ def run_node_step(call: NodeCall) -> dict[str, Any]:
     # The step may run in a thread of DBOS's pool: what its lines are about is said again here. A failure
     # leaving the node's span marks it failed.
     with (
-        logformat.run_context(call.run_id),
-        logformat.node_context(call.node_id),
+        logformat.step_context(call.run_id, call.node_id),
         telemetry.node_span(call.trace, call.node_id, call.node_type, attempt),
     ):
         return _attempt(call, attempt)

@@ -120,4 +120,4 @@ def _end_unreadable(dbos: DBOS, status: ClaimedRun, owner_xid: str, label: str, 
     log.warning("run %s ended ERROR: %s", run_id, problem)
     metrics.RUN_ENCODINGS.labels(label, "unreadable").inc()
     queue = status.get("queue_name")
-    metrics.run_counter(metrics.RUNS_FAILED, queue if queue in queues.ALL_QUEUES else "none").inc()
+    metrics.run_counter(metrics.RUNS_FAILED, queue if queue in queues.ALL_QUEUES else "none").inc(1)

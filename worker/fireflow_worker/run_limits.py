@@ -79,6 +79,8 @@ class OutputBudget:
 
     def record(self, node_id: str, size: int) -> None:
         """Count an output recorded by an earlier execution of this run (a replayed step), whatever its size."""
+        if node_id in self._by_node:  # reserved by this execution's attempt: the usual case, no lock needed
+            return
         with self._lock:
             if node_id not in self._by_node:
                 self._by_node[node_id] = size

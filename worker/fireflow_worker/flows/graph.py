@@ -143,12 +143,15 @@ def resolve_params(
 
     def lookup(ref: Reference) -> Any:
         nonlocal used
-        source, what = (inputs, "input") if ref.root == "inputs" else (outputs, "output of node")
-        if ref.name not in source:
-            raise NodeError(f"{ref}: there is no {what} {ref.name!r}", retryable=False)
+        source = inputs if ref.root == "inputs" else outputs
         try:
-            found = lookup_path(source[ref.name], ref.path)
+            found = source[ref.name]
+            if ref.path:
+                found = lookup_path(found, ref.path)
         except LookupError as exc:
+            what = "input" if ref.root == "inputs" else "output of node"
+            if isinstance(exc, KeyError):
+                raise NodeError(f"{ref}: there is no {what} {ref.name!r}", retryable=False) from None
             raise NodeError(f"{ref}: in the {what} {ref.name!r}, {exc.args[0]}", retryable=False) from exc
         if max_bytes is not None:
             used += json_bytes(found)
@@ -159,7 +162,7 @@ def resolve_params(
                     retryable=False,
                 )
         # A copy: a node (user code in `python`) must not be able to change another node's output.
-        return _json_copy(found)
+        return found if type(found) is str else _json_copy(found)
 
     template = params if callable(params) else compile_params(params)
     try:

@@ -14,6 +14,8 @@ from typing import Any
 MAX_NESTING_DEPTH = 64
 # The JSON string encoder json.dumps(ensure_ascii=False) uses (C when available).
 _json_string = json.encoder.encode_basestring
+# Compact JSON as stored, made once: json.dumps with arguments builds an encoder at every call.
+_compact_json = json.JSONEncoder(ensure_ascii=False, separators=(",", ":"), allow_nan=False).encode
 MAX_FLOW_NODES_ENV = "FIREFLOW_MAX_FLOW_NODES"
 DEFAULT_MAX_FLOW_NODES = 1000
 MAX_FLOW_NODES_RANGE = (1, 100_000)
@@ -49,7 +51,7 @@ def json_bytes(value: Any) -> int:
     """The size of a value as stored: its compact JSON text in UTF-8."""
     if isinstance(value, str):  # the common case (a template's output), without the encoder's set-up
         return len(_json_string(value).encode())
-    return len(json.dumps(value, ensure_ascii=False, separators=(",", ":"), allow_nan=False).encode())
+    return len(_compact_json(value).encode())
 
 
 def format_bytes(size: int) -> str:

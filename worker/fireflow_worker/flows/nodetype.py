@@ -80,10 +80,15 @@ class NodeType(ABC, Generic[P]):
 AnyNodeType = type[NodeType[Any]]
 
 
+# The validation context of params resolved for an attempt: a validator may leave to the node's `run` what it
+# checks again there (the `python` node's allow-list, read from the environment).
+AT_RUN: Mapping[str, Any] = {"at_run": True}
+
+
 def parse_params(node_type: AnyNodeType, params: Mapping[str, Any]) -> BaseModel:
     """Validate resolved params (no references left) against the node type's Params model."""
     try:
-        return node_type.Params.model_validate(dict(params))
+        return node_type.Params.model_validate(dict(params), context=AT_RUN)
     except ValidationError as exc:
         details = "; ".join(
             f"params.{'.'.join(str(part) for part in error['loc'])}: {error['msg']}" for error in exc.errors()

@@ -173,18 +173,23 @@ def parse_path(text: str) -> tuple[str, ...]:
 def lookup_path(value: Any, path: tuple[str, ...]) -> Any:
     """Follow object keys and list indexes; raises LookupError saying where the path stopped."""
     for depth, segment in enumerate(path):
-        where = ".".join(path[:depth]) or "the value"
         if isinstance(value, dict):
             if segment not in value:
-                raise LookupError(f"{where} has no field {segment!r}")
+                raise LookupError(f"{_where(path, depth)} has no field {segment!r}")
             value = value[segment]
         elif isinstance(value, list):
             if not (segment.isascii() and segment.isdigit()) or int(segment) >= len(value):
-                raise LookupError(f"{where} is a list of {len(value)} items; {segment!r} is not an index")
+                raise LookupError(
+                    f"{_where(path, depth)} is a list of {len(value)} items; {segment!r} is not an index"
+                )
             value = value[int(segment)]
         else:
-            raise LookupError(f"{where} is {json_kind(value)}, it has no field {segment!r}")
+            raise LookupError(f"{_where(path, depth)} is {json_kind(value)}, it has no field {segment!r}")
     return value
+
+
+def _where(path: tuple[str, ...], depth: int) -> str:
+    return ".".join(path[:depth]) or "the value"
 
 
 def json_kind(value: Any) -> str:

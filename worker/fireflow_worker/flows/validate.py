@@ -122,15 +122,18 @@ def validate_flow(flow: Flow, registry: NodeRegistry | None = None) -> None:
         raise FlowValidationError(problems)
 
 
+# The declared types a string input satisfies.
+_TAKES_STRINGS = frozenset((InputType.STRING, InputType.ANY))
+
+
 def validate_run_inputs(flow: Flow, inputs: Mapping[str, Any] | None) -> dict[str, Any]:
     """The run's inputs, checked against the declarations, with defaults applied, in declaration order.
 
     An explicit null is accepted only for optional inputs and inputs of type any.
     """
     supplied = dict(inputs or {})
-    declared = ", ".join(flow.inputs) or "none"
     problems = [
-        f"input {name!r} is not declared by flow {flow.name!r} (declared: {declared})"
+        f"input {name!r} is not declared by flow {flow.name!r} (declared: {', '.join(flow.inputs) or 'none'})"
         for name in supplied
         if name not in flow.inputs
     ]
@@ -143,7 +146,9 @@ def validate_run_inputs(flow: Flow, inputs: Mapping[str, Any] | None) -> dict[st
                 result[name] = copy.deepcopy(spec.default)
             continue
         value = supplied[name]
-        if too_deep := nesting_problem(value, where=f"input {name!r}"):
+        if type(value) is str and spec.type in _TAKES_STRINGS:  # the common case, which no check below rejects
+            result[name] = value
+        elif too_deep := nesting_problem(value, where=f"input {name!r}"):
             problems.append(too_deep)
         elif value is None and (not spec.required or spec.type is InputType.ANY):
             result[name] = None
