@@ -71,7 +71,9 @@ def _node_call(
 ) -> tuple[StepOptions, NodeCall]:
     """The node's step options and call, its params resolved against the inputs and its dependencies' outputs."""
     limits = SETTINGS.limits
-    params = resolve_params(plan.params[node_id], inputs, outputs, limits.max_node_output_bytes)
+    options = plan.step_options[node_id]
+    retries = bool(options["retries_allowed"])
+    params = resolve_params(plan.params[node_id], inputs, outputs, limits.max_node_output_bytes, budget.sizes)
     call = NodeCall(
         run_id,
         node_id,
@@ -82,9 +84,9 @@ def _node_call(
         SETTINGS.is_cancelled,
         live,
         telemetry.current_run(),
+        retries,
     )
-    options = plan.step_options[node_id]
-    if options["retries_allowed"]:  # DBOS asks `should_retry` only then, and checks its kind on every call
+    if retries:  # DBOS asks `should_retry` only then, and checks what it is at every call
         options = {**options, "should_retry": call.should_retry}
     return options, call
 

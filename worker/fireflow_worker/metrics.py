@@ -5,10 +5,11 @@ from __future__ import annotations
 
 import bisect
 import functools
-from collections.abc import Callable
+import threading
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 from prometheus_client.process_collector import ProcessCollector
+from prometheus_client.values import MutexValue
 
 REGISTRY = CollectorRegistry()
 ProcessCollector(registry=REGISTRY)
@@ -88,35 +89,53 @@ PROVISION_CACHE = Counter(
 READY = Gauge("fireflow_worker_ready", "1 while the worker accepts runs, 0 once it drains.", registry=REGISTRY)
 
 
-# Labelled children, looked up once, and updated on the hot path (every run, every node attempt) through the
-# client's values directly: its public `inc` and `observe` check on every call what holds for a child from
-# the start (observable, a non-negative amount), which cost a run of three nodes as much as its own metrics.
+# Labelled children, looked up once, and updated on the hot path (every run, every node attempt) without the
+# client's per-call work: its public `inc` and `observe` check on every call what holds for a child from the
+# start (observable, a non-negative amount) and take a lock per value (a histogram's sum and bucket: two),
+# which cost a run of three nodes as much as its own metrics. A hot child adds to the client's values under
+# one lock of its own; the client reads each value under that value's lock, and a float's assignment is atomic,
+# so a scrape sees each value before or after an update. Every update of these children goes through here.
 # prometheus-client is pinned; tests/unit/test_hot_metrics.py holds these to the public methods' samples.
 
 
 class HotCounter:
     """A counter (or gauge) child's `inc`, without the per-call checks."""
 
-    __slots__ = ("inc",)
+    __slots__ = ("_lock", "_value")
 
     def __init__(self, child: Counter | Gauge) -> None:
-        self.inc: Callable[[float], None] = child._value.inc  # noqa: SLF001 - see above
+        self._value = _mutex_value(child._value)
+        self._lock = threading.Lock()
+
+    def inc(self, amount: float) -> None:
+        with self._lock:
+            self._value._value += amount
 
 
 class HotHistogram:
-    """A histogram child's `observe` (no exemplar), without the per-call checks: its sum, and its bucket
-    found by bisection (the client walks the bounds one by one)."""
+    """A histogram child's `observe` (no exemplar): its sum and its bucket (found by bisection; the client
+    walks the bounds one by one) under one lock."""
 
-    __slots__ = ("_bounds", "_buckets", "_sum")
+    __slots__ = ("_bounds", "_buckets", "_lock", "_sum")
 
     def __init__(self, child: Histogram) -> None:
-        self._sum: Callable[[float], None] = child._sum.inc  # noqa: SLF001 - see above
-        self._buckets: list[Callable[[float], None]] = [bucket.inc for bucket in child._buckets]  # noqa: SLF001
-        self._bounds: list[float] = child._upper_bounds  # noqa: SLF001 - ascending, +Inf last
+        self._sum = _mutex_value(child._sum)
+        self._buckets = [_mutex_value(bucket) for bucket in child._buckets]
+        self._bounds: list[float] = child._upper_bounds  # ascending, +Inf last
+        self._lock = threading.Lock()
 
     def observe(self, amount: float) -> None:
-        self._sum(amount)
-        self._buckets[bisect.bisect_left(self._bounds, amount)](1)
+        bucket = self._buckets[bisect.bisect_left(self._bounds, amount)]
+        with self._lock:
+            self._sum._value += amount
+            bucket._value += 1
+
+
+def _mutex_value(value: object) -> MutexValue:
+    # A multi-process value (PROMETHEUS_MULTIPROC_DIR) lives in a file: the worker does not use that mode.
+    if type(value) is not MutexValue:
+        raise TypeError(f"prometheus-client keeps this metric in a {type(value).__name__}, not a MutexValue")
+    return value
 
 
 ACTIVE = HotCounter(ACTIVE_RUNS)  # inc(1) as a run starts, inc(-1) as it ends

@@ -61,6 +61,8 @@ class NodeCall:
     live: bool = False
     # The run's span, which this node's span is a child of (see telemetry.py).
     trace: RunTrace = NO_TRACE
+    # DBOS may attempt the step more than once (its retry policy allows it): only then is the attempt asked.
+    retried: bool = False
 
     def should_retry(self, err: BaseException) -> bool:
         """Failures another attempt cannot fix are not retried, and nothing is retried once the run is cancelled."""
@@ -82,7 +84,7 @@ class _DeferredSleep:
 def run_node_step(call: NodeCall) -> dict[str, Any]:
     """One attempt of a node: `{"output", "bytes"[, "attempt"][, "wake_at_ms", "started_at_ms"]}`, or a
     NodeError."""
-    status = DBOS.step_status
+    status = DBOS.step_status if call.retried else None
     attempt = 1 + (status.current_attempt or 0) if status is not None else 1
     # The step may run in a thread of DBOS's pool: what its lines are about is said again here. A failure
     # leaving the node's span marks it failed.
@@ -149,7 +151,7 @@ def _attempt(call: NodeCall, attempt: int, pure: bool = False) -> dict[str, Any]
         _write_event(events.node_started(call.node_id, call.node_type, attempt, now_ms()))
     deferred_sleep = _DeferredSleep()
     sleeper = _no_sleep if pure else deferred_sleep
-    ctx = NodeContext(run_id=call.run_id, node_id=call.node_id, sleeper=sleeper, attempt=attempt)
+    ctx = NodeContext(call.run_id, call.node_id, sleeper, attempt)
     try:
         output, size = run_node_sized(node_type, parse_params(node_type, call.params), ctx)
         size = checked_output_size(output, call.limits, size)

@@ -9,6 +9,7 @@ compact JSON text in UTF-8 (what is stored, give or take DBOS's encoding).
 from __future__ import annotations
 
 import threading
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -62,6 +63,11 @@ class OutputBudget:
     @property
     def used(self) -> int:
         return self._used
+
+    @property
+    def sizes(self) -> Mapping[str, int]:
+        """Each counted node's output size (its compact JSON in UTF-8, as json_bytes measures it)."""
+        return self._by_node
 
     def reserve(self, node_id: str, size: int) -> None:
         """Count a new output, or raise a NodeError (not retried) when the run's total would pass the limit."""

@@ -131,6 +131,7 @@ def resolve_params(
     inputs: Mapping[str, Any],
     outputs: Mapping[str, Any],
     max_bytes: int | None = None,
+    output_sizes: Mapping[str, int] | None = None,
 ) -> dict[str, Any]:
     """The params (as given, or compiled by compile_params) with every reference replaced by the run input
     or node output it names.
@@ -138,6 +139,8 @@ def resolve_params(
     Raises a non-retryable NodeError when a reference cannot be resolved (a path into an output that
     lacks it, or a node that has not produced an output), or when the referenced values together exceed
     `max_bytes`: a template naming a large output a hundred times must fail before it is built.
+    `output_sizes` are the outputs' sizes already measured (by json_bytes): a whole output named is not
+    measured again.
     """
     used = 0
 
@@ -154,7 +157,9 @@ def resolve_params(
                 raise NodeError(f"{ref}: there is no {what} {ref.name!r}", retryable=False) from None
             raise NodeError(f"{ref}: in the {what} {ref.name!r}, {exc.args[0]}", retryable=False) from exc
         if max_bytes is not None:
-            used += json_bytes(found)
+            # A record without its size (0: no JSON text is empty) is measured, as is a part of an output.
+            known = output_sizes.get(ref.name, 0) if output_sizes is not None and ref.root == "nodes" else 0
+            used += known if known and not ref.path else json_bytes(found)
             if used > max_bytes:
                 raise NodeError(
                     f"the params' references resolve to more than {format_bytes(max_bytes)} of data "
