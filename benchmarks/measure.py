@@ -42,6 +42,8 @@ from benchmarks.procs import running_workers
 from benchmarks.workload import QUEUE, WORKER_CONCURRENCY, Kind, decode_output, enqueuer, expected_result, slug
 
 APP_VERSION = "1.0.0"  # every kind's workers run this version (procs.py)
+# A side-by-side drain's variant, with its place in the release order (0: released first).
+SIDE_BY_SIDE = "side by side, released #"
 
 
 @dataclass(frozen=True)
@@ -323,7 +325,7 @@ def side_by_side(
     So each drain's `shared` window also counts its CPU and its work (in runs, its unfinished ones in part)
     until the first drain ended: the comparison over one window, whoever ends first."""
     drains = [
-        _Drain(bench, kind, flow, 1, processes, runs, concurrency, variant="side by side", beside=index > 0)
+        _Drain(bench, kind, flow, 1, processes, runs, concurrency, variant=f"{SIDE_BY_SIDE}{index}", beside=index > 0)
         for index, (kind, processes) in enumerate(setups)
     ]
     for drain in drains:

@@ -335,7 +335,9 @@ def dbos_migrations() -> list[str]:
 # checks of each call that hold for every node step of ours (a sync function, called from its workflow).
 
 
-def step_at(step_context: _context.DBOSContext, options: StepOptions, func: Callable[..., Any], args: tuple[Any, ...]) -> Any:
+def step_at(
+    step_context: _context.DBOSContext, options: StepOptions, func: Callable[..., Any], args: tuple[Any, ...]
+) -> Any:
     """Run the sync `func` as the step of a context drawn by `step_context_now` in the workflow's own thread
     (`dbos._core.invoke_step`, what `StepReservation.run` comes to for a sync function)."""
     return _invoke_step(

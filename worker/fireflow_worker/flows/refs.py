@@ -179,9 +179,7 @@ def lookup_path(value: Any, path: tuple[str, ...]) -> Any:
             value = value[segment]
         elif isinstance(value, list):
             if not (segment.isascii() and segment.isdigit()) or int(segment) >= len(value):
-                raise LookupError(
-                    f"{_where(path, depth)} is a list of {len(value)} items; {segment!r} is not an index"
-                )
+                raise LookupError(f"{_where(path, depth)} is a list of {len(value)} items; {segment!r} is not an index")
             value = value[int(segment)]
         else:
             raise LookupError(f"{_where(path, depth)} is {json_kind(value)}, it has no field {segment!r}")
