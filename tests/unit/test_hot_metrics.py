@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import pytest
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
 from fireflow_worker import metrics
@@ -57,3 +58,16 @@ def test_should_keep_the_engine_children_in_the_worker_registry() -> None:
     assert metrics.node_duration("hot-metrics-test", "succeeded") is metrics.node_duration(
         "hot-metrics-test", "succeeded"
     )
+
+
+def test_should_give_every_flow_past_the_bound_the_one_other_child(monkeypatch: pytest.MonkeyPatch) -> None:
+    # One hot child per label: two, each under its own lock, could lose each other's updates.
+    monkeypatch.setattr(metrics, "MAX_FLOW_LABELS", len(metrics._run_durations))
+    first, second = metrics.run_duration("hot-metrics-flow-a"), metrics.run_duration("hot-metrics-flow-b")
+    assert first is second is metrics.run_duration("hot-metrics-flow-a")
+    before = metrics.REGISTRY.get_sample_value("fireflow_run_duration_seconds_count", {"flow": metrics.OTHER_FLOWS})
+    first.observe(0.1)
+    second.observe(0.2)
+    after = metrics.REGISTRY.get_sample_value("fireflow_run_duration_seconds_count", {"flow": metrics.OTHER_FLOWS})
+    assert (before or 0.0) + 2 == after
+    assert "hot-metrics-flow-a" not in metrics._run_durations

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import threading
 from collections import OrderedDict
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 from dbos import StepOptions
@@ -34,16 +34,15 @@ class FlowPlan:
     flow: Flow
     order: tuple[str, ...]  # topological: each node's step id is reserved in this order
     deps: dict[str, tuple[str, ...]]  # each node's dependencies, sorted
-    retries: dict[str, RetryPolicy]
     outputs: tuple[str, ...]
     # Each node depends on the one before it: no two nodes could ever run at once.
     is_chain: bool
     # Each node's params, compiled once (see graph.compile_params).
     params: dict[str, Template]
+    # Each node's step options from its name and retry policy (a run adds its own `should_retry`).
+    step_options: dict[str, StepOptions]
     # The nodes of pure types (see NodeType.pure): computed in the workflow, not checkpointed.
     pure: frozenset[str] = frozenset()
-    # Each node's step options from its name and retry policy (a run adds its own `should_retry`).
-    step_options: dict[str, StepOptions] = field(default_factory=dict)
 
 
 def build_plan(definition: Any) -> FlowPlan:
@@ -57,7 +56,6 @@ def build_plan(definition: Any) -> FlowPlan:
         flow=flow,
         order=tuple(node_id for layer in layers for node_id in layer),
         deps={node_id: tuple(sorted(found)) for node_id, found in deps.items()},
-        retries=retries,
         outputs=tuple(output_nodes(flow)),
         is_chain=all(len(layer) == 1 for layer in layers),
         pure=frozenset(node_id for node_id, spec in flow.nodes.items() if registry.get(spec.type).pure),

@@ -158,8 +158,13 @@ def run_duration(flow: str) -> HotHistogram:
     """The run-duration child of a flow; past MAX_FLOW_LABELS distinct flows, the `other` child."""
     child = _run_durations.get(flow)
     if child is None:
-        label = flow if len(_run_durations) < MAX_FLOW_LABELS else OTHER_FLOWS
-        child = HotHistogram(RUN_DURATION.labels(label))
-        if label == flow:
-            _run_durations[flow] = child
+        if len(_run_durations) >= MAX_FLOW_LABELS:
+            return _run_duration_child(OTHER_FLOWS)
+        child = _run_durations[flow] = _run_duration_child(flow)
     return child
+
+
+@functools.cache
+def _run_duration_child(label: str) -> HotHistogram:
+    # One hot child per label: two, each with its own lock, could lose each other's updates.
+    return HotHistogram(RUN_DURATION.labels(label))
