@@ -6,7 +6,9 @@ where they mean the same (`DATABASE_URL_EXECUTIONS`, `FIREFLOW_WORKER_ID`, `DBOS
 `DBOS_QUEUE_POLLING_INTERVAL_MS`, `DBOS_SYSTEM_DATABASE_POOL_SIZE`, `FIREFLOW_APPLICATION_VERSION`,
 `DBOS_LOG_LEVEL`) and `BENCH_QUEUES`, a comma-separated list of the queues it registers and listens to
 (registered like the worker's: no global cap, the same worker concurrency and polling interval). Once its
-queues are registered it creates the file `BENCH_READY_FILE`; SIGTERM stops it.
+queues are registered it creates the file `BENCH_READY_FILE`; SIGTERM stops it. `BENCH_BURN_ITERATIONS`
+(default 0) has each step first spend that many iterations of a pure Python loop (`burn`): a known amount of
+interpreter work per run, whose cost in the worker's CPU `benchmarks/thread_cpu.py` measures.
 
 The workflow is a plain `@DBOS.workflow` calling three `@DBOS.step` functions (`benchmarks/effects.py`) that
 compute what the flow's template -> transform -> template nodes compute (and what the `python` nodes of the
@@ -20,6 +22,7 @@ from __future__ import annotations
 import os
 import signal
 import threading
+from collections.abc import Callable
 from pathlib import Path
 from types import FrameType
 from typing import Any
@@ -29,9 +32,32 @@ from dbos import DBOS, DBOSConfig
 from benchmarks.effects import card_value, greet_text, summary_text
 from benchmarks.workload import RAW_WORKFLOW_NAME
 
-greet = DBOS.step(name="greet")(greet_text)
-card = DBOS.step(name="card")(card_value)
-summary = DBOS.step(name="summary")(summary_text)
+BURN_ITERATIONS = int(os.environ.get("BENCH_BURN_ITERATIONS", "0"))
+
+
+def burn(iterations: int) -> int:
+    """Interpreter work and nothing else: no call, no allocation past the loop's integers."""
+    total = 0
+    for index in range(iterations):
+        total += index
+    return total
+
+
+def _burning(function: Callable[..., Any]) -> Callable[..., Any]:
+    if not BURN_ITERATIONS:
+        return function
+
+    def burning(*args: Any) -> Any:
+        burn(BURN_ITERATIONS)
+        return function(*args)
+
+    return burning
+
+
+greet_step, card_step, summary_step = (_burning(f) for f in (greet_text, card_value, summary_text))
+greet = DBOS.step(name="greet")(greet_step)
+card = DBOS.step(name="card")(card_step)
+summary = DBOS.step(name="summary")(summary_step)
 
 
 def raw_flow(request: dict[str, Any]) -> dict[str, Any]:
@@ -45,11 +71,11 @@ def raw_flow(request: dict[str, Any]) -> dict[str, Any]:
 async def raw_flow_async(request: dict[str, Any]) -> dict[str, Any]:
     """The same as an async workflow (the form FireFlow's engine has, for concurrent branches)."""
     who = str(request["inputs"]["who"])
-    greeting = await DBOS.run_step_async({"name": "greet"}, greet_text, who)
+    greeting = await DBOS.run_step_async({"name": "greet"}, greet_step, who)
     if request.get("nodes") == 1:
         return {"greet": greeting}
-    value = await DBOS.run_step_async({"name": "card"}, card_value, greeting, who)
-    return {"summary": await DBOS.run_step_async({"name": "summary"}, summary_text, value)}
+    value = await DBOS.run_step_async({"name": "card"}, card_step, greeting, who)
+    return {"summary": await DBOS.run_step_async({"name": "summary"}, summary_step, value)}
 
 
 def main() -> int:

@@ -96,6 +96,50 @@ def tree_kernel_share(roots: Iterable[int]) -> KernelShare:
     return KernelShare(system, switches)
 
 
+@dataclass(frozen=True)
+class ThreadCounters:
+    """One thread's CPU seconds (user + system, in clock ticks) and context switches so far."""
+
+    cpu_seconds: float
+    voluntary: int  # it waited (I/O, a lock, the interpreter's lock)
+    involuntary: int  # the scheduler took its CPU
+
+    def __sub__(self, earlier: ThreadCounters) -> ThreadCounters:
+        return ThreadCounters(
+            self.cpu_seconds - earlier.cpu_seconds,
+            self.voluntary - earlier.voluntary,
+            self.involuntary - earlier.involuntary,
+        )
+
+
+NO_THREAD = ThreadCounters(0.0, 0, 0)
+
+
+def thread_counters(roots: Iterable[int]) -> dict[int, ThreadCounters]:
+    """Every live thread of the trees rooted at `roots`, by its id (the kernel's, which py-spy shows)."""
+    counters: dict[int, ThreadCounters] = {}
+    for pid in tree_pids(roots):
+        try:
+            threads = list(Path(f"/proc/{pid}/task").iterdir())
+        except OSError:
+            continue
+        for thread in threads:
+            fields = _fields(thread / "stat")
+            try:
+                status = (thread / "status").read_text()
+            except OSError:
+                continue
+            if fields is None:
+                continue
+            switches = dict(line.split(":", 1) for line in status.splitlines() if "ctxt_switches" in line)
+            counters[int(thread.name)] = ThreadCounters(
+                (int(fields[11]) + int(fields[12])) / _TICKS,
+                int(switches["voluntary_ctxt_switches"]),
+                int(switches["nonvoluntary_ctxt_switches"]),
+            )
+    return counters
+
+
 def postmaster_pid(data_dir: Path) -> int:
     """The PostgreSQL server's main process, from its `postmaster.pid`."""
     return int((data_dir / "postmaster.pid").read_text().splitlines()[0])

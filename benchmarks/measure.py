@@ -32,7 +32,7 @@ from collections.abc import Callable
 from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 import psycopg
 
@@ -139,6 +139,15 @@ class ClaimLatency:
 Observer = Callable[[list[int]], AbstractContextManager[Any]]
 
 
+class WindowProbe(Protocol):
+    """Reads something of a drain's worker processes when its window opens and again when it closes, while
+    they still run (e.g. each thread's CPU: `benchmarks/thread_cpu.py`)."""
+
+    def opened(self, pids: list[int]) -> None: ...
+
+    def closed(self, pids: list[int]) -> None: ...
+
+
 class _Drain:
     """One drain in the phases a measurement goes through: its fresh database and held runs; its workers (and
     watcher, and observer) entered on a stack; its window opened, the runs released, the window closed; and,
@@ -158,7 +167,9 @@ class _Drain:
         variant: str = "",
         extra_env: dict[str, str] | None = None,
         beside: bool = False,
+        probe: WindowProbe | None = None,
     ) -> None:
+        self.probe = probe
         self.bench, self.kind, self.flow, self.pods, self.processes = bench, kind, flow, pods, processes
         self.runs, self.concurrency, self.events, self.variant = runs, concurrency, events, variant
         self.extra_env = {**(extra_env or {}), "DBOS_WORKER_CONCURRENCY": str(concurrency)}
@@ -202,6 +213,8 @@ class _Drain:
         self.worker_cpu = tree_cpu_seconds(self.pids)
         self.server_cpu = tree_cpu_seconds([self.server_pid])
         self.kernel = tree_kernel_share(self.pids)
+        if self.probe is not None:
+            self.probe.opened(self.pids)
 
     def release(self) -> None:
         self.released_ms = self.watcher.release(APP_VERSION, QUEUE)
@@ -217,6 +230,8 @@ class _Drain:
 
     def close_window(self, admin: psycopg.Connection[Any]) -> None:
         """The window's figures, read as soon as the drain has ended, while its workers still run."""
+        if self.probe is not None:
+            self.probe.closed(self.pids)
         self.worker_cpu = tree_cpu_seconds(self.pids) - self.worker_cpu
         self.kernel = tree_kernel_share(self.pids) - self.kernel
         self.server_cpu = tree_cpu_seconds([self.server_pid]) - self.server_cpu
@@ -315,8 +330,12 @@ def side_by_side(
     flow: str,
     runs: int,
     concurrency: int = WORKER_CONCURRENCY,
+    *,
+    envs: list[dict[str, str]] | None = None,
+    probes: list[WindowProbe | None] | None = None,
 ) -> list[Throughput]:
-    """Drains of one pod each, one per (kind, processes) of `setups`, each on its own fresh database, draining
+    """Drains of one pod each, one per (kind, processes) of `setups` (with `envs`' variables and `probes`, by
+    position, when given), each on its own fresh database, draining
     at the same time: released back to back in `setups`' order, each one's window closed when its own last run
     ends. Whatever the machine does meanwhile hits them alike, so their CPU per run pairs up far more tightly
     than that of drains minutes apart (their runs/s, sharing the cores, is no pod's throughput).
@@ -325,7 +344,19 @@ def side_by_side(
     So each drain's `shared` window also counts its CPU and its work (in runs, its unfinished ones in part)
     until the first drain ended: the comparison over one window, whoever ends first."""
     drains = [
-        _Drain(bench, kind, flow, 1, processes, runs, concurrency, variant=f"{SIDE_BY_SIDE}{index}", beside=index > 0)
+        _Drain(
+            bench,
+            kind,
+            flow,
+            1,
+            processes,
+            runs,
+            concurrency,
+            variant=f"{SIDE_BY_SIDE}{index}",
+            beside=index > 0,
+            extra_env=envs[index] if envs else None,
+            probe=probes[index] if probes else None,
+        )
         for index, (kind, processes) in enumerate(setups)
     ]
     for drain in drains:
