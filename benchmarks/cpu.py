@@ -77,23 +77,10 @@ class KernelShare:
 
 
 def tree_kernel_share(roots: Iterable[int]) -> KernelShare:
-    system = 0.0
-    switches = 0
-    for pid in tree_pids(roots):
-        # The process's own system time: its threads', each rounded to clock ticks, would undercount.
-        if (fields := _fields(Path(f"/proc/{pid}/stat"))) is not None:
-            system += int(fields[12]) / _TICKS
-        try:
-            threads = list(Path(f"/proc/{pid}/task").iterdir())
-        except OSError:
-            continue
-        for thread in threads:
-            try:
-                status = (thread / "status").read_text()
-            except OSError:
-                continue
-            switches += sum(int(line.split()[1]) for line in status.splitlines() if "ctxt_switches" in line)
-    return KernelShare(system, switches)
+    pids = tree_pids(roots)
+    # The processes' own system time: their threads', each rounded to clock ticks, would undercount.
+    system = sum(int(fields[12]) / _TICKS for pid in pids if (fields := _fields(Path(f"/proc/{pid}/stat"))))
+    return KernelShare(system, sum(thread.switches for thread in _threads_of(pids).values()))
 
 
 @dataclass(frozen=True)
@@ -103,6 +90,15 @@ class ThreadCounters:
     cpu_seconds: float
     voluntary: int  # it waited (I/O, a lock, the interpreter's lock)
     involuntary: int  # the scheduler took its CPU
+
+    @property
+    def switches(self) -> int:
+        return self.voluntary + self.involuntary
+
+    def __add__(self, other: ThreadCounters) -> ThreadCounters:
+        return ThreadCounters(
+            self.cpu_seconds + other.cpu_seconds, self.voluntary + other.voluntary, self.involuntary + other.involuntary
+        )
 
     def __sub__(self, earlier: ThreadCounters) -> ThreadCounters:
         return ThreadCounters(
@@ -117,8 +113,12 @@ NO_THREAD = ThreadCounters(0.0, 0, 0)
 
 def thread_counters(roots: Iterable[int]) -> dict[int, ThreadCounters]:
     """Every live thread of the trees rooted at `roots`, by its id (the kernel's, which py-spy shows)."""
+    return _threads_of(tree_pids(roots))
+
+
+def _threads_of(pids: Iterable[int]) -> dict[int, ThreadCounters]:
     counters: dict[int, ThreadCounters] = {}
-    for pid in tree_pids(roots):
+    for pid in pids:
         try:
             threads = list(Path(f"/proc/{pid}/task").iterdir())
         except OSError:

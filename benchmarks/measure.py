@@ -230,8 +230,6 @@ class _Drain:
 
     def close_window(self, admin: psycopg.Connection[Any]) -> None:
         """The window's figures, read as soon as the drain has ended, while its workers still run."""
-        if self.probe is not None:
-            self.probe.closed(self.pids)
         self.worker_cpu = tree_cpu_seconds(self.pids) - self.worker_cpu
         self.kernel = tree_kernel_share(self.pids) - self.kernel
         self.server_cpu = tree_cpu_seconds([self.server_pid]) - self.server_cpu
@@ -256,6 +254,8 @@ class _Drain:
             "SELECT executor_id, count(*) FROM dbos.workflow_status GROUP BY 1 ORDER BY 1"
         )
         self.own_commits = self.watcher.queries - self.queries_before
+        if self.probe is not None:  # last: what it does (py-spy pauses the workers) is not the drain's
+            self.probe.closed(self.pids)
 
     def result(self, admin: psycopg.Connection[Any]) -> Throughput:
         """Once the workers and the watcher have disconnected: every backend has flushed its commit count."""

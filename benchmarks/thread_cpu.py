@@ -29,7 +29,6 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections import defaultdict
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -94,13 +93,7 @@ class ThreadProbe:
         after, names = thread_counters(pids), thread_names(pids)
         for tid, counters in after.items():
             label = role(re.sub(r"\d+", "N", names.get(tid, "?")))
-            spent = counters - self.before.get(tid, NO_THREAD)
-            total = self.by_role.get(label, NO_THREAD)
-            self.by_role[label] = ThreadCounters(
-                total.cpu_seconds + spent.cpu_seconds,
-                total.voluntary + spent.voluntary,
-                total.involuntary + spent.involuntary,
-            )
+            self.by_role[label] = self.by_role.get(label, NO_THREAD) + counters - self.before.get(tid, NO_THREAD)
 
     @property
     def cpu_seconds(self) -> float:
@@ -112,19 +105,22 @@ class Totals:
     """A setup's probes over every round, and its CPU per run in each."""
 
     runs: int = 0
-    by_role: defaultdict[tuple[str, str], float] = field(default_factory=lambda: defaultdict(float))
+    by_role: dict[str, ThreadCounters] = field(default_factory=dict)
     cpu_ms_per_run: list[float] = field(default_factory=list)
 
     def add(self, probe: ThreadProbe, runs: int) -> None:
         self.runs += runs
         self.cpu_ms_per_run.append(1000 * probe.cpu_seconds / runs)
         for label, counters in probe.by_role.items():
-            self.by_role[(label, "cpu")] += counters.cpu_seconds
-            self.by_role[(label, "switches")] += counters.voluntary + counters.involuntary
+            self.by_role[label] = self.by_role.get(label, NO_THREAD) + counters
 
-    def per_run(self, label: str, what: str) -> float:
-        scale = 1000 if what == "cpu" else 1
-        return scale * self.by_role[(label, what)] / self.runs
+    def cpu_ms(self, label: str) -> float:
+        """The role's CPU per run, in milliseconds."""
+        return 1000 * self.by_role.get(label, NO_THREAD).cpu_seconds / self.runs
+
+    def switches(self, label: str) -> float:
+        """The role's context switches per run."""
+        return self.by_role.get(label, NO_THREAD).switches / self.runs
 
 
 def burn_microseconds(iterations: int, steps: int) -> float:
@@ -166,11 +162,10 @@ def tables(totals: dict[str, Totals], burned_us: float) -> list[list[str]]:
     header = "| thread | " + " | ".join(f"{kind}: CPU ms/run | switches/run" for kind in totals) + " |"
     rows = [header, "|---|" + "---:|---:|" * len(totals)]
     for label in labels:
-        cells = [f"{t.per_run(label, 'cpu'):.3f} | {t.per_run(label, 'switches'):.1f}" for t in totals.values()]
+        cells = [f"{t.cpu_ms(label):.3f} | {t.switches(label):.1f}" for t in totals.values()]
         rows.append(f"| {label} | " + " | ".join(cells) + " |")
     sums = [
-        f"{sum(t.per_run(label, 'cpu') for label in labels):.3f} | "
-        f"{sum(t.per_run(label, 'switches') for label in labels):.1f}"
+        f"{sum(t.cpu_ms(label) for label in labels):.3f} | {sum(t.switches(label) for label in labels):.1f}"
         for t in totals.values()
     ]
     rows.append("| **all** | " + " | ".join(sums) + " |")
