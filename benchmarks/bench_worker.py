@@ -13,8 +13,9 @@ every side alike:
    and 3 steps for the others), with 1 and 2 workers (pods),
    FireFlow pods of 1 and N processes (N = `--processes`, by default the machine's CPUs); statements, commits
    and worker CPU per run, RSS;
-2. CPU per run side by side: a FireFlow pod of one process and raw DBOS-py draining the same runs at the same
-   time, each on its own database, the ratio read per round (the tight comparison of the two);
+2. CPU per run side by side: a FireFlow pod of one process (and of each `--side-processes`) and raw DBOS-py
+   draining the same runs at the same time, each on its own database, the ratio read per round (the tight
+   comparison of the two);
 3. the idle load of one worker: 1 queue at 50 and 200 ms, the 4 queues at 50 ms;
 4. claim latency p50/p99 (enqueue to claim) on an idle worker at 50 ms;
 5. the fleet view: 1, 4 and 16 idle workers serving the 4 queues at their defaults, the database's
@@ -57,6 +58,8 @@ class Plan:
     pods: tuple[int, ...] = (1, 2)
     with_async: bool = False
     concurrency: int = WORKER_CONCURRENCY
+    # Side by side: the FireFlow pod's processes in each pair against raw DBOS-py's one (0: this machine's CPUs).
+    side_processes: tuple[int, ...] = (1,)
 
 
 FULL = Plan(runs=800, repeat=3, idle_window=10.0, claim_runs=100, fleet=(1, 4, 16))
@@ -97,16 +100,18 @@ def _throughput_jobs(plan: Plan, bench: measure.Bench, results: report.Results, 
     ]
 
 
-def _side_by_side(bench: measure.Bench, results: report.Results, flow: str, plan: Plan) -> None:
-    setups: list[tuple[Kind, int]] = [("fireflow", 1), ("raw", 1)]
-    if sum(ff.flow == flow for ff, _ in results.pairs) % 2:  # who is released first alternates by round
+def _side_by_side(bench: measure.Bench, results: report.Results, flow: str, processes: int, plan: Plan) -> None:
+    setups: list[tuple[Kind, int]] = [("fireflow", processes), ("raw", 1)]
+    done = sum((ff.flow, ff.processes) == (flow, processes) for ff, _ in results.pairs)
+    if done % 2:  # who is released first alternates by round
         setups.reverse()
     drains = {t.kind: t for t in measure.side_by_side(bench, setups, flow, plan.runs, plan.concurrency)}
     results.pairs.append((drains["fireflow"], drains["raw"]))
     ff, raw = drains["fireflow"], drains["raw"]
     assert ff.shared is not None and raw.shared is not None
     _say(
-        f"side by side, {flow}, {'raw DBOS-py' if setups[0][0] == 'raw' else 'FireFlow'} released first: same window "
+        f"side by side, {flow}, FireFlow x{processes}, {'raw DBOS-py' if setups[0][0] == 'raw' else 'FireFlow'} "
+        "released first: same window "
         f"{ff.shared.cpu_ms_per_run:.2f} and {raw.shared.cpu_ms_per_run:.2f} CPU ms/run, "
         f"{ff.shared.cpu_ms_per_run / raw.shared.cpu_ms_per_run:.3f}x; whole drains {ff.cpu_ms_per_run:.2f} and "
         f"{raw.cpu_ms_per_run:.2f}, {ff.cpu_ms_per_run / raw.cpu_ms_per_run:.3f}x (load {report.load_average()})"
@@ -207,6 +212,12 @@ def main(argv: list[str] | None = None) -> int:  # noqa: PLR0915 - one flat scri
         "--processes", type=int, help="N, FireFlow's processes per pod besides 1 (default: this machine's CPUs)"
     )
     parser.add_argument(
+        "--side-processes",
+        type=int,
+        action="append",
+        help="side by side: FireFlow's processes per pod against raw DBOS-py's one, repeatable; 0: N (default: 1)",
+    )
+    parser.add_argument(
         "--concurrency",
         type=int,
         help=f"DBOS_WORKER_CONCURRENCY of every worker (process) in the drains (default: {WORKER_CONCURRENCY})",
@@ -226,6 +237,9 @@ def main(argv: list[str] | None = None) -> int:  # noqa: PLR0915 - one flat scri
     parts = set(args.only or PARTS)
     node = check_ts()
     processes = max(1, args.processes or len(os.sched_getaffinity(0)))
+    plan = dataclasses.replace(
+        plan, side_processes=tuple(dict.fromkeys(n or processes for n in args.side_processes or plan.side_processes))
+    )
     log_dir = Path(tempfile.mkdtemp(prefix="fireflow-bench-"))
     started = time.monotonic()
     server, origin = bench_server()
@@ -244,7 +258,11 @@ def main(argv: list[str] | None = None) -> int:  # noqa: PLR0915 - one flat scri
         if "throughput" in parts:
             _interleaved(_throughput_jobs(plan, bench, results, processes), plan.repeat)
         if "side-by-side" in parts:
-            _interleaved([[partial(_side_by_side, bench, results, flow, plan)] for flow in plan.flows], plan.repeat)
+            sides: list[list[Job]] = [
+                [partial(_side_by_side, bench, results, flow, n, plan) for n in plan.side_processes]
+                for flow in plan.flows
+            ]
+            _interleaved(sides, plan.repeat)
         if "idle" in parts:
             _interleaved(_idle_jobs(plan, bench, results), plan.repeat)
         if "claims" in parts:

@@ -218,13 +218,15 @@ def pairs_table(results: Results) -> list[str]:
         "| context switches ÷ raw | statements ÷ raw |",
         "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
     ]
-    for flow in [flow for flow in FLOW_NAMES if any(ff.flow == flow for ff, _ in results.pairs)]:
-        pairs = [(ff, raw) for ff, raw in results.pairs if ff.flow == flow]
+    setups = sorted({(FLOW_NAMES.index(ff.flow), ff.processes) for ff, _ in results.pairs})
+    for flow, processes in [(FLOW_NAMES[index], processes) for index, processes in setups]:
+        pairs = [(ff, raw) for ff, raw in results.pairs if (ff.flow, ff.processes) == (flow, processes)]
         by_order = [_paired(pairs, _shared_cpu, "fireflow"), _paired(pairs, _shared_cpu, "raw")]
         medians = [statistics.median(found) for found in by_order if found]
         both = f"{statistics.geometric_mean(medians):.3f}" if len(medians) == len(by_order) else "n/a"
         lines.append(
-            f"| {flow} | {len(pairs)} | {_spread([_shared_cpu(ff) for ff, _ in pairs])} | "
+            f"| {flow}{'' if processes == 1 else f', FireFlow {processes} processes'} | {len(pairs)} | "
+            f"{_spread([_shared_cpu(ff) for ff, _ in pairs])} | "
             f"{_spread([_shared_cpu(raw) for _, raw in pairs])} | {_spread3(by_order[0])} | "
             f"{_spread3(by_order[1])} | **{both}** | {_spread3(_paired(pairs, lambda t: t.cpu_ms_per_run))} | "
             f"{_spread3(_paired(pairs, lambda t: t.worker_cpu_seconds - t.worker_kernel.system_seconds))} | "

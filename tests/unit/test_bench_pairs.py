@@ -8,12 +8,12 @@ from benchmarks.measure import SIDE_BY_SIDE, SharedWindow, Throughput
 from benchmarks.report import Results, pairs_table
 
 
-def _drain(kind: str, released: int, shared_ms: float) -> Throughput:
+def _drain(kind: str, released: int, shared_ms: float, processes: int = 1) -> Throughput:
     return Throughput(
         kind=kind,  # type: ignore[arg-type]
         flow="3-python",
         pods=1,
-        processes=1,
+        processes=processes,
         runs=100,
         seconds=1.0,
         enqueue_seconds=0.1,
@@ -45,3 +45,16 @@ def test_should_say_n_a_without_both_orders() -> None:
     results = Results()
     results.pairs.append((_drain("fireflow", 0, 11.0), _drain("raw", 1, 10.0)))
     assert pairs_table(results)[2].split(" | ")[6] == "**n/a**"
+
+
+def test_should_pair_each_fireflow_pod_size_apart() -> None:
+    results = Results()
+    for processes, ratio in ((1, 1.10), (2, 0.90)):
+        for released in (0, 1):
+            ff, raw = _drain("fireflow", released, 10 * ratio, processes), _drain("raw", 1 - released, 10)
+            results.pairs.append((ff, raw))
+    rows = [row.split(" | ") for row in pairs_table(results)[2:]]
+    assert [(row[0], row[6]) for row in rows] == [
+        ("| 3-python", "**1.100**"),
+        ("| 3-python, FireFlow 2 processes", "**0.900**"),
+    ]
