@@ -58,7 +58,7 @@ class Plan:
     pods: tuple[int, ...] = (1, 2)
     with_async: bool = False
     concurrency: int = WORKER_CONCURRENCY
-    # Side by side: the FireFlow pod's processes in each pair against raw DBOS-py's one (0: this machine's CPUs).
+    # Side by side: the FireFlow pod's processes in each pair against raw DBOS-py's one.
     side_processes: tuple[int, ...] = (1,)
 
 
@@ -225,6 +225,7 @@ def main(argv: list[str] | None = None) -> int:  # noqa: PLR0915 - one flat scri
     parser.add_argument("--keep-logs", action="store_true", help="keep the worker logs (kept anyway on failure)")
     args = parser.parse_args(argv)
     plan = QUICK if args.quick else FULL
+    processes = max(1, args.processes or len(os.sched_getaffinity(0)))
     plan = dataclasses.replace(
         plan,
         runs=max(1, args.runs or plan.runs),
@@ -233,13 +234,10 @@ def main(argv: list[str] | None = None) -> int:  # noqa: PLR0915 - one flat scri
         flows=tuple(args.flow or plan.flows),
         pods=tuple(args.pods or plan.pods),
         concurrency=max(1, args.concurrency or plan.concurrency),
+        side_processes=tuple(dict.fromkeys(n or processes for n in args.side_processes or plan.side_processes)),
     )
     parts = set(args.only or PARTS)
     node = check_ts()
-    processes = max(1, args.processes or len(os.sched_getaffinity(0)))
-    plan = dataclasses.replace(
-        plan, side_processes=tuple(dict.fromkeys(n or processes for n in args.side_processes or plan.side_processes))
-    )
     log_dir = Path(tempfile.mkdtemp(prefix="fireflow-bench-"))
     started = time.monotonic()
     server, origin = bench_server()

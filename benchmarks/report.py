@@ -218,8 +218,8 @@ def pairs_table(results: Results) -> list[str]:
         "| context switches ÷ raw | statements ÷ raw |",
         "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
     ]
-    setups = sorted({(FLOW_NAMES.index(ff.flow), ff.processes) for ff, _ in results.pairs})
-    for flow, processes in [(FLOW_NAMES[index], processes) for index, processes in setups]:
+    setups = {(ff.flow, ff.processes) for ff, _ in results.pairs}
+    for flow, processes in sorted(setups, key=lambda setup: (FLOW_NAMES.index(setup[0]), setup[1])):
         pairs = [(ff, raw) for ff, raw in results.pairs if (ff.flow, ff.processes) == (flow, processes)]
         by_order = [_paired(pairs, _shared_cpu, "fireflow"), _paired(pairs, _shared_cpu, "raw")]
         medians = [statistics.median(found) for found in by_order if found]
